@@ -1,0 +1,149 @@
+// `trainer`: the command-line program. It parses arguments and calls the library; nothing here
+// that a library user would miss.
+//
+//   trainer [train] --config configs/fashion_mnist.yaml [--set key.path=value]... [--resume RUN]
+//   trainer --config configs/fashion_mnist.yaml --print-config
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "trainer/callbacks.h"
+#include "trainer/config.h"
+#include "trainer/logging.h"
+#include "trainer/run.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: trainer [train] --config FILE [options]
+
+Trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml.
+
+options:
+  --config FILE          the recipe (required)
+  --set KEY.PATH=VALUE   override one config value; repeatable (e.g. --set train.epochs=3)
+  --resume RUN           continue a run: its directory (runs/<name>/<time>) or a checkpoint file
+  --print-config         print the resolved config and exit
+  --progress MODE        auto (a live bar on a terminal), bar, or lines
+  -h, --help             this text
+
+exit status: 0 done, 1 error, 2 bad command line, 130 stopped by a signal (resume with --resume)
+)";
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::optional<std::string> resume;
+  bool print_config = false;
+  std::string progress = "auto";
+};
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> a(argv + 1, argv + argc);
+  size_t i = 0;
+  if (i < a.size() && a[i] == "train") ++i;
+  auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= a.size()) throw UsageError(flag + " needs a value");
+    return a[++i];
+  };
+  for (; i < a.size(); ++i) {
+    const std::string& arg = a[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--config") {
+      args.config = value(arg);
+    } else if (arg.rfind("--config=", 0) == 0) {
+      args.config = arg.substr(9);
+    } else if (arg == "--set") {
+      args.overrides.push_back(value(arg));
+    } else if (arg.rfind("--set=", 0) == 0) {
+      args.overrides.push_back(arg.substr(6));
+    } else if (arg == "--resume") {
+      args.resume = value(arg);
+    } else if (arg == "--print-config") {
+      args.print_config = true;
+    } else if (arg == "--progress") {
+      args.progress = value(arg);
+      if (args.progress != "auto" && args.progress != "bar" && args.progress != "lines") {
+        throw UsageError("--progress takes auto, bar or lines, not '" + args.progress + "'");
+      }
+    } else {
+      throw UsageError("unknown argument '" + arg + "'");
+    }
+  }
+  if (args.config.empty()) throw UsageError("--config FILE is required");
+  return args;
+}
+
+int run(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  stoker::Config config = stoker::load_config(args.config, args.overrides);
+  if (args.print_config) {
+    std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
+    return 0;
+  }
+  stoker::TrainRequest request;
+  request.config = config;
+  if (args.resume) request.resume = *args.resume;
+  request.live_progress = args.progress == "bar" || (args.progress == "auto" && ::isatty(STDOUT_FILENO));
+  stoker::install_stop_signal_handlers();
+
+  auto& log = stoker::logger();
+  log.info("stoker trainer: {}{}", args.config,
+           args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
+  const stoker::TrainOutcome out = stoker::run_training(request);
+
+  const auto& state = out.state;
+  double seconds = out.fit.seconds;
+  log.info("---- summary ----");
+  log.info("run directory:   {}", out.run_dir.string());
+  log.info("epochs done:     {} of {} ({} optimizer steps)", state.epoch, config.train.epochs, state.step);
+  if (out.final_test.samples > 0) {
+    log.info("final test:      top-1 {:.2f}%, loss {:.4f} ({} samples)", 100.0 * out.final_test.top1,
+             out.final_test.loss, out.final_test.samples);
+  }
+  if (state.best_epoch >= 0) {
+    log.info("best {}:  {:.4f} at epoch {} (checkpoints/best.pt)", config.checkpoint.best_metric,
+             state.best_metric, state.best_epoch + 1);
+  }
+  log.info("training time:   {} in this invocation", stoker::format_duration(seconds));
+  if (out.fit.interrupted) {
+    log.warn("stopped early; continue with: trainer --config {} --resume {}", args.config,
+             out.run_dir.string());
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "trainer: %s\n\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const stoker::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    // libtorch (c10::Error) and the standard library: show the first line, which says what failed.
+    std::string what = e.what();
+    std::fprintf(stderr, "error: %s\n", what.substr(0, what.find('\n')).c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,88 @@
+# Finds Stoker's dependencies and says, for each missing one, how to get it.
+# Sets STOKER_WITH_CUDA and prints the CUDA decision with its reason.
+
+function(stoker_require found what how)
+  if(NOT ${found})
+    message(FATAL_ERROR "Stoker needs ${what}, which was not found.\n  ${how}")
+  endif()
+endfunction()
+
+# ---- libtorch -------------------------------------------------------------------------------------
+# Looked up where the user points (Torch_DIR, CMAKE_PREFIX_PATH), then in the venv that
+# scripts/setup.sh makes (~/.cache/stoker/venv-torch-2.11.0 or $STOKER_CACHE).
+set(_stoker_cache "$ENV{STOKER_CACHE}")
+if(NOT _stoker_cache)
+  set(_stoker_cache "$ENV{HOME}/.cache/stoker")
+endif()
+file(GLOB _stoker_torch_hints
+  "${_stoker_cache}/venv-torch-*/lib/python3*/site-packages/torch/share/cmake")
+find_package(Torch QUIET HINTS ${_stoker_torch_hints})
+stoker_require(Torch_FOUND "libtorch (torch==2.11.0)"
+  "Run ./stoker.sh build (installs it into ~/.cache/stoker), or point CMake at your own libtorch with -DTorch_DIR=/path/to/libtorch/share/cmake/Torch or -DCMAKE_PREFIX_PATH=/path/to/libtorch.")
+message(STATUS "Stoker: libtorch ${Torch_VERSION} from ${Torch_DIR}")
+
+# Torch's compile flags (the C++ ABI setting) travel with an interface target of ours, so that
+# every Stoker target and every consumer gets them.
+add_library(stoker_torch_flags INTERFACE)
+add_library(stoker::torch_flags ALIAS stoker_torch_flags)
+separate_arguments(_torch_cxx_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(stoker_torch_flags INTERFACE ${_torch_cxx_flags})
+# libtorch.so exports its own, older copy of std::filesystem (remove_all there jumps to null). Load
+# libstdc++ first so that the program's std::filesystem calls bind to the real one.
+target_link_options(stoker_torch_flags INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+
+# ---- CUDA -------------------------------------------------------------------------------------------
+set(_torch_has_cuda OFF)
+if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
+  set(_torch_has_cuda ON)
+endif()
+include(CheckLanguage)
+check_language(CUDA)
+set(STOKER_WITH_CUDA OFF)
+if(STOKER_CUDA STREQUAL "OFF")
+  set(_why "STOKER_CUDA=OFF")
+elseif(NOT _torch_has_cuda)
+  set(_why "libtorch was built without CUDA")
+elseif(NOT CMAKE_CUDA_COMPILER)
+  set(_why "no nvcc found (set CUDACXX or add /usr/local/cuda/bin to PATH)")
+else()
+  set(STOKER_WITH_CUDA ON)
+  set(_why "libtorch has CUDA ${CUDA_VERSION} and nvcc is ${CMAKE_CUDA_COMPILER}")
+endif()
+if(STOKER_CUDA STREQUAL "ON" AND NOT STOKER_WITH_CUDA)
+  message(FATAL_ERROR "STOKER_CUDA=ON but CUDA parts cannot be built: ${_why}")
+endif()
+if(STOKER_WITH_CUDA)
+  message(STATUS "Stoker: CUDA parts ON: ${_why}")
+else()
+  message(STATUS "Stoker: CUDA parts OFF: ${_why}; training runs on the CPU")
+endif()
+
+# ---- the rest (Debian packages; scripts/setup.sh installs them) ------------------------------------
+set(_apt "Install it with: apt-get install")
+find_package(yaml-cpp QUIET)
+stoker_require(yaml-cpp_FOUND "yaml-cpp" "${_apt} libyaml-cpp-dev")
+find_package(spdlog QUIET)
+stoker_require(spdlog_FOUND "spdlog" "${_apt} libspdlog-dev")
+find_package(fmt QUIET)
+stoker_require(fmt_FOUND "fmt" "${_apt} libfmt-dev")
+find_package(ZLIB QUIET)
+stoker_require(ZLIB_FOUND "zlib" "${_apt} zlib1g-dev")
+if(STOKER_BUILD_TESTS)
+  find_package(GTest QUIET)
+  stoker_require(GTest_FOUND "GoogleTest (or configure with -DSTOKER_BUILD_TESTS=OFF)" "${_apt} libgtest-dev")
+endif()
+
+# ---- keep fmt and spdlog paired -----------------------------------------------------------------
+# libtorch ships fmt 12 headers in its include folder, which comes first on the search path, while
+# Debian's spdlog 1.10 is built against the system fmt 9. A folder of links to the system fmt and
+# spdlog headers, added with -I (searched before libtorch's -isystem folders), keeps each library
+# with the headers it was built for. torch/torch.h itself includes no fmt header.
+get_target_property(_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+find_path(STOKER_FMT_INCLUDE_DIR fmt/format.h HINTS ${_fmt_include} NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+find_path(STOKER_SPDLOG_INCLUDE_DIR spdlog/spdlog.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+set(_shim "${CMAKE_BINARY_DIR}/stoker-include-shim")
+file(MAKE_DIRECTORY "${_shim}")
+file(CREATE_LINK "${STOKER_FMT_INCLUDE_DIR}/fmt" "${_shim}/fmt" SYMBOLIC)
+file(CREATE_LINK "${STOKER_SPDLOG_INCLUDE_DIR}/spdlog" "${_shim}/spdlog" SYMBOLIC)
+target_include_directories(stoker_torch_flags INTERFACE "$<BUILD_INTERFACE:${_shim}>")

@@ -1,0 +1,36 @@
+// Stoker's error type and check macro. Every user-facing failure (bad config, missing data,
+// unreadable checkpoint) is a stoker::Error whose message says what went wrong, where (file, key,
+// sample) and what to do. Programs catch it at the top and exit non-zero; library code never exits.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace stoker {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+[[noreturn]] void check_failed(const char* file, int line, const char* condition,
+                               const std::string& message);
+}  // namespace detail
+
+}  // namespace stoker
+
+// Throws stoker::Error with a formatted message when `cond` is false. The message comes first (it
+// is what the user reads); the failed condition and source location follow for bug reports.
+//   STOKER_CHECK(n > 0, "{}: expected a positive count, got {}; hint: ...", path, n);
+#define STOKER_CHECK(cond, ...)                                                       \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      ::stoker::detail::check_failed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
+    }                                                                                 \
+  } while (false)
+
+// Throws stoker::Error with a formatted message, unconditionally.
+#define STOKER_FAIL(...) throw ::stoker::Error(fmt::format(__VA_ARGS__))

@@ -1,0 +1,65 @@
+// A name -> factory registry, used for models (and later datasets, transforms, optimizers,
+// schedulers, callbacks). Registering a name twice is an error; a failed lookup lists the names it
+// knows. Thread-safe: applications may register from static initialisers or at run time.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+
+namespace stoker {
+
+template <typename Factory>
+class Registry {
+ public:
+  // `kind` names what is registered ("model"), for error messages.
+  explicit Registry(std::string kind) : kind_(std::move(kind)) {}
+
+  void add(const std::string& name, Factory factory) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    STOKER_CHECK(!name.empty(), "cannot register a {} with an empty name", kind_);
+    auto [it, inserted] = entries_.emplace(name, std::move(factory));
+    (void)it;
+    STOKER_CHECK(inserted, "a {} named '{}' is already registered; pick another name", kind_, name);
+  }
+
+  bool contains(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.count(name) > 0;
+  }
+
+  // Returns a copy of the factory registered under `name`, or throws naming the known ones.
+  Factory get(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+      throw Error(fmt::format("unknown {} type '{}'; known: {}", kind_, name,
+                              fmt::join(names_locked(), ", ")));
+    }
+    return it->second;
+  }
+
+  std::vector<std::string> names() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return names_locked();
+  }
+
+ private:
+  std::vector<std::string> names_locked() const {
+    std::vector<std::string> out;
+    for (const auto& [name, factory] : entries_) out.push_back(name);
+    return out;
+  }
+
+  std::string kind_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Factory> entries_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Stoker's one entry point for people and CI. Each command does all the set-up it needs first
+# (scripts/setup.sh: Debian packages, libtorch in a cached venv), then builds with CMake + Ninja.
+#
+#   ./stoker.sh train [trainer args]   set up, build, and train the default recipe
+#                                      (configs/fashion_mnist.yaml unless --config is given)
+#   ./stoker.sh test                   set up, build, and run the whole test suite (CTest)
+#   ./stoker.sh build                  set up and build only
+#
+# Environment: STOKER_CACHE (default ~/.cache/stoker) holds the libtorch venv and the ccache;
+# STOKER_TORCH_DIR=/path/to/libtorch/share/cmake (or a libtorch root) uses your own libtorch;
+# STOKER_BUILD_DIR (default build/release) and STOKER_BUILD_TYPE (default Release).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+
+export STOKER_CACHE=${STOKER_CACHE:-$HOME/.cache/stoker}
+BUILD_DIR=${STOKER_BUILD_DIR:-build/release}
+BUILD_TYPE=${STOKER_BUILD_TYPE:-Release}
+
+setup_and_build() {
+  local torch_prefix
+  torch_prefix=$(scripts/setup.sh --print-torch-prefix | tail -n 1)
+  export CCACHE_DIR="$STOKER_CACHE/ccache"
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" "${launcher[@]}" >"$BUILD_DIR.configure.log" 2>&1 \
+    || { mkdir -p "$(dirname "$BUILD_DIR")"; cat "$BUILD_DIR.configure.log"; exit 1; }
+  grep -E '^-- Stoker' "$BUILD_DIR.configure.log" || true
+  cmake --build "$BUILD_DIR"
+}
+
+case "$cmd" in
+  train)
+    mkdir -p "$(dirname "$BUILD_DIR")"
+    setup_and_build
+    args=("$@")
+    printf '%s\n' "${args[@]}" | grep -q -- '^--config' || args=(--config configs/fashion_mnist.yaml "${args[@]}")
+    exec "$BUILD_DIR/apps/trainer" "${args[@]}"
+    ;;
+  test)
+    mkdir -p "$(dirname "$BUILD_DIR")"
+    setup_and_build
+    cd "$BUILD_DIR"
+    exec ctest --output-on-failure --timeout 900 -j "$(nproc)"
+    ;;
+  build)
+    mkdir -p "$(dirname "$BUILD_DIR")"
+    setup_and_build
+    ;;
+  *)
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    [ "$cmd" = help ] || exit 2
+    ;;
+esac

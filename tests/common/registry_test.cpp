@@ -1,0 +1,61 @@
+#include "common/registry.h"
+
+#include <gtest/gtest.h>
+
+#include "models/compact_resnet.h"
+
+namespace stoker {
+namespace {
+
+// An application's own model: anything with forward(Tensor) -> Tensor.
+struct FlatLinearImpl : torch::nn::Module {
+  FlatLinearImpl(int64_t in, int64_t out) : fc(register_module("fc", torch::nn::Linear(in, out))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc(x.flatten(1)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(FlatLinear);
+
+TEST(Registry, RefusesDuplicateNames) {
+  Registry<int> registry("widget");
+  registry.add("a", 1);
+  try {
+    registry.add("a", 2);
+    FAIL() << "duplicate accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a widget named 'a' is already registered"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(registry.get("a"), 1);
+}
+
+TEST(Registry, UnknownNameListsKnownOnes) {
+  Registry<int> registry("widget");
+  registry.add("beta", 2);
+  registry.add("alpha", 1);
+  try {
+    registry.get("gamma");
+    FAIL() << "unknown name accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown widget type 'gamma'; known: alpha, beta");
+  }
+}
+
+TEST(ModelRegistry, BuildsCompactResNetAndAcceptsApplicationModels) {
+  models::ModelSpec spec;
+  spec.widths = {4, 8};
+  spec.blocks = {1, 2};
+  spec.in_channels = 3;
+  spec.num_classes = 5;
+  torch::nn::AnyModule model = models::create_model(spec);
+  EXPECT_EQ(model.forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 5}));
+
+  models::model_registry().add("test_linear", [](const models::ModelSpec& s) {
+    return torch::nn::AnyModule(FlatLinear(s.in_channels * 4, s.num_classes));
+  });
+  spec.type = "test_linear";
+  EXPECT_EQ(models::create_model(spec).forward(torch::randn({2, 3, 2, 2})).sizes(),
+            (std::vector<int64_t>{2, 5}));
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,135 @@
+#include "data/idx.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "test_util.h"
+
+namespace stoker::data {
+namespace {
+using stoker::testing::TempDir;
+using stoker::testing::write_bytes;
+using stoker::testing::write_idx;
+
+// Runs `f` and returns the stoker::Error message it throws (fails the test if it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
+
+std::vector<uint8_t> iota_bytes(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7);
+  return v;
+}
+
+TEST(ReadIdx, ReadsRawAndGzippedFilesAlike) {
+  TempDir dir;
+  const auto data = iota_bytes(3 * 4 * 5);
+  write_idx(dir / "raw", {3, 4, 5}, data, false);
+  write_idx(dir / "packed.gz", {3, 4, 5}, data, true);
+  for (const char* name : {"raw", "packed.gz"}) {
+    torch::Tensor t = read_idx(dir / name);
+    ASSERT_EQ(t.sizes(), (std::vector<int64_t>{3, 4, 5})) << name;
+    EXPECT_EQ(t.scalar_type(), torch::kUInt8);
+    EXPECT_EQ(std::vector<uint8_t>(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel()), data);
+  }
+}
+
+TEST(ReadIdx, RejectsTruncatedRawFile) {
+  TempDir dir;
+  write_idx(dir / "full", {10, 4, 4}, iota_bytes(160), false);
+  std::string bytes = stoker::testing::read_bytes(dir / "full");
+  write_bytes(dir / "cut", bytes.substr(0, bytes.size() - 50));
+  const std::string msg = error_of([&] { read_idx(dir / "cut"); });
+  EXPECT_CONTAINS(msg, (dir / "cut").string());
+  EXPECT_CONTAINS(msg, "truncated IDX file");
+  EXPECT_CONTAINS(msg, "160 bytes of data (10x4x4)");
+  EXPECT_CONTAINS(msg, "only 110 could be read");
+}
+
+TEST(ReadIdx, RejectsTruncatedGzipStream) {
+  TempDir dir;
+  write_idx(dir / "full.gz", {200, 8, 8}, iota_bytes(200 * 64), true);
+  std::string bytes = stoker::testing::read_bytes(dir / "full.gz");
+  write_bytes(dir / "cut.gz", bytes.substr(0, bytes.size() / 2));
+  const std::string msg = error_of([&] { read_idx(dir / "cut.gz"); });
+  EXPECT_CONTAINS(msg, "cut.gz");
+  EXPECT_TRUE(msg.find("truncated IDX file") != std::string::npos ||
+              msg.find("corrupt compressed data") != std::string::npos)
+      << msg;
+}
+
+TEST(ReadIdx, RejectsCorruptGzipData) {
+  TempDir dir;
+  write_idx(dir / "full.gz", {50, 8, 8}, iota_bytes(50 * 64), true);
+  std::string bytes = stoker::testing::read_bytes(dir / "full.gz");
+  for (size_t i = 20; i < bytes.size() - 10; i += 3) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+  write_bytes(dir / "bad.gz", bytes);
+  const std::string msg = error_of([&] { read_idx(dir / "bad.gz"); });
+  EXPECT_CONTAINS(msg, "bad.gz");
+}
+
+TEST(ReadIdx, RejectsWrongMagicTypeAndTrailingBytes) {
+  TempDir dir;
+  write_bytes(dir / "text", "hello, this is not an idx file");
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "text"); }), "not an IDX file");
+
+  write_bytes(dir / "floats", std::string("\0\0\x0d\x01\0\0\0\x01" "abcd", 12));
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "floats"); }), "element type 0x0d is not supported");
+
+  write_idx(dir / "long", {4}, iota_bytes(4), false);
+  write_bytes(dir / "long", stoker::testing::read_bytes(dir / "long") + "extra");
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "long"); }), "longer than its IDX header says");
+
+  write_bytes(dir / "empty", "");
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "empty"); }), "no 4-byte header");
+}
+
+TEST(ReadIdx, MissingFileSaysSo) {
+  TempDir dir;
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "nope.gz"); }), "nope.gz: file not found");
+}
+
+TEST(LoadIdxSplit, LoadsImagesAndLabels) {
+  TempDir dir;
+  stoker::testing::write_synthetic_idx_dataset(dir.path(), 30, 20, 6);
+  ImageSet set = load_idx_split(dir.path(), "train", 10);
+  EXPECT_EQ(set.images.sizes(), (std::vector<int64_t>{30, 1, 6, 6}));
+  EXPECT_EQ(set.labels.scalar_type(), torch::kInt64);
+  EXPECT_EQ(set.labels[13].item<int64_t>(), 3);
+}
+
+TEST(LoadIdxSplit, MissingFolderAndFilesGiveAHint) {
+  TempDir dir;
+  EXPECT_CONTAINS(error_of([&] { load_idx_split(dir / "absent", "train", 10); }),
+              "apt-get install dataset-fashion-mnist");
+  const std::string msg = error_of([&] { load_idx_split(dir.path(), "train", 10); });
+  EXPECT_CONTAINS(msg, "train-images-idx3-ubyte.gz");
+  EXPECT_CONTAINS(msg, "set data.root");
+}
+
+TEST(LoadIdxSplit, RejectsMismatchedCountsAndLabelsOutOfRange) {
+  TempDir dir;
+  write_idx(dir / "train-images-idx3-ubyte", {5, 2, 2}, iota_bytes(20), false);
+  write_idx(dir / "train-labels-idx1-ubyte", {4}, {0, 1, 2, 3}, false);
+  EXPECT_CONTAINS(error_of([&] { load_idx_split(dir.path(), "train", 10); }),
+              "holds 5 images but");
+
+  write_idx(dir / "train-labels-idx1-ubyte", {5}, {0, 1, 12, 3, 4}, false);
+  const std::string msg = error_of([&] { load_idx_split(dir.path(), "train", 10); });
+  EXPECT_CONTAINS(msg, "label 12 of sample 2 is out of range for data.num_classes = 10");
+}
+
+}  // namespace
+}  // namespace stoker::data

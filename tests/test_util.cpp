@@ -1,0 +1,104 @@
+#include "test_util.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace stoker::testing {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "stoker-test-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_idx(const fs::path& path, const std::vector<uint32_t>& dims,
+               const std::vector<uint8_t>& data, bool gzip) {
+  std::string bytes = {0, 0, 0x08, static_cast<char>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>((d >> shift) & 0xff));
+  }
+  bytes.append(reinterpret_cast<const char*>(data.data()), data.size());
+  if (!gzip) {
+    write_bytes(path, bytes);
+    return;
+  }
+  gzFile f = gzopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("gzopen failed: " + path.string());
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+void write_synthetic_idx_dataset(const fs::path& root, int64_t train, int64_t test, int64_t size,
+                                 uint64_t seed) {
+  fs::create_directories(root);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> pixel(0, 255);
+  std::normal_distribution<double> noise(0.0, 40.0);
+  std::vector<std::vector<uint8_t>> templates(10, std::vector<uint8_t>(size * size));
+  for (auto& t : templates) {
+    for (auto& p : t) p = static_cast<uint8_t>(pixel(rng));
+  }
+  auto split = [&](const std::string& prefix, int64_t n) {
+    std::vector<uint8_t> images(n * size * size), labels(n);
+    for (int64_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 10);
+      for (int64_t p = 0; p < size * size; ++p) {
+        const double v = templates[labels[i]][p] + noise(rng);
+        images[i * size * size + p] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+      }
+    }
+    const auto s = static_cast<uint32_t>(size);
+    write_idx(root / (prefix + "-images-idx3-ubyte.gz"), {static_cast<uint32_t>(n), s, s}, images, true);
+    write_idx(root / (prefix + "-labels-idx1-ubyte.gz"), {static_cast<uint32_t>(n)}, labels, true);
+  };
+  split("train", train);
+  split("t10k", test);
+}
+
+Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
+  Config c;
+  c.run.name = "tiny";
+  c.run.dir = run_dir.string();
+  c.run.seed = 7;
+  c.run.device = "cpu";
+  c.run.threads = 1;
+  c.data.root = data_root.string();
+  c.data.batch_size = 32;
+  c.data.eval_batch_size = 64;
+  c.data.mean = {0.5};
+  c.data.std = {0.3};
+  c.model.widths = {8, 16};
+  c.model.blocks = {1, 1};
+  c.model.dropout = 0.1;  // exercises the RNG state in checkpoints
+  c.optimizer.lr = 0.05;
+  c.schedule.warmup_epochs = 0.5;
+  c.train.epochs = 3;
+  c.train.log_every_steps = 4;
+  return c;
+}
+
+}  // namespace stoker::testing

@@ -1,0 +1,41 @@
+// Helpers shared by the tests: temporary folders, IDX files and small synthetic data sets.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trainer/config.h"
+
+namespace stoker::testing {
+
+// A fresh folder under the system temp dir, removed when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes an IDX file of unsigned bytes (gzipped when `gzip`).
+void write_idx(const std::filesystem::path& path, const std::vector<uint32_t>& dims,
+               const std::vector<uint8_t>& data, bool gzip);
+
+// Writes bytes as they are.
+void write_bytes(const std::filesystem::path& path, const std::string& bytes);
+std::string read_bytes(const std::filesystem::path& path);
+
+// Writes train-/t10k- image and label IDX files of a learnable 10-class problem: each class has a
+// fixed random template, each sample is its template plus noise. Images are size x size.
+void write_synthetic_idx_dataset(const std::filesystem::path& root, int64_t train, int64_t test,
+                                 int64_t size, uint64_t seed = 1);
+
+// A small, fast config for training on write_synthetic_idx_dataset's data.
+Config tiny_config(const std::filesystem::path& data_root, const std::filesystem::path& run_dir);
+
+}  // namespace stoker::testing

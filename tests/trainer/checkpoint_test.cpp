@@ -1,0 +1,171 @@
+#include "trainer/checkpoint.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "models/compact_resnet.h"
+#include "test_util.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+using stoker::testing::TempDir;
+
+struct Parts {
+  torch::nn::AnyModule model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+Parts make_parts(uint64_t seed, std::vector<int64_t> widths = {4, 8}) {
+  torch::manual_seed(seed);
+  models::ModelSpec spec;
+  spec.widths = widths;
+  spec.blocks = std::vector<int64_t>(widths.size(), 1);
+  spec.dropout = 0.2;
+  Parts p{models::create_model(spec), nullptr};
+  p.optimizer = make_optimizer(OptimizerOptions(), *p.model.ptr());
+  // One step so that the optimizer has momentum buffers.
+  p.model.forward(torch::randn({4, 1, 8, 8})).sum().backward();
+  p.optimizer->step();
+  return p;
+}
+
+std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : m.parameters()) out.push_back(t.detach().clone());
+  for (const auto& t : m.buffers()) out.push_back(t.detach().clone());
+  return out;
+}
+
+bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
+  TempDir dir;
+  Parts a = make_parts(1);
+  CheckpointContent content;
+  content.state = {2, 5, 77, 0.875, 1};
+  content.config_yaml = "run:\n  name: x\n";
+  save_checkpoint(dir / "c.pt", *a.model.ptr(), *a.optimizer, content);
+  const torch::Tensor draw_after_save = torch::rand({4});
+
+  Parts b = make_parts(2);
+  ASSERT_FALSE(same(snapshot(*a.model.ptr()), snapshot(*b.model.ptr())));
+  const CheckpointContent loaded = load_checkpoint(dir / "c.pt", *b.model.ptr(), b.optimizer.get(), torch::kCPU);
+  EXPECT_TRUE(same(snapshot(*a.model.ptr()), snapshot(*b.model.ptr())));
+  EXPECT_EQ(loaded.state.epoch, 2);
+  EXPECT_EQ(loaded.state.batch_in_epoch, 5);
+  EXPECT_EQ(loaded.state.step, 77);
+  EXPECT_DOUBLE_EQ(loaded.state.best_metric, 0.875);
+  EXPECT_EQ(loaded.state.best_epoch, 1);
+  EXPECT_EQ(loaded.config_yaml, content.config_yaml);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), draw_after_save)) << "RNG state not restored";
+
+  // Optimizer state: the same next step from the same gradients.
+  for (Parts* p : {&a, &b}) {
+    p->optimizer->zero_grad();
+    torch::manual_seed(5);
+    p->model.ptr()->eval();
+    p->model.forward(torch::ones({2, 1, 8, 8})).sum().backward();
+    p->optimizer->step();
+  }
+  EXPECT_TRUE(same(snapshot(*a.model.ptr()), snapshot(*b.model.ptr()))) << "momentum not restored";
+}
+
+TEST(Checkpoint, InterruptedWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  const fs::path path = dir / "f.bin";
+  write_file_atomically(path, "old contents");
+  const std::string big(3 << 20, 'x');
+  EXPECT_THROW(write_file_atomically(path, big,
+                                     [](size_t written) {
+                                       if (written >= (1u << 20)) throw Error("simulated failure");
+                                     }),
+               Error);
+  EXPECT_EQ(stoker::testing::read_bytes(path), "old contents");
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename(), "f.bin") << "left behind: " << entry.path();
+  }
+}
+
+TEST(Checkpoint, ProcessKilledMidWriteLeavesThePreviousCheckpointLoadable) {
+  TempDir dir;
+  const fs::path path = dir / "last.pt";
+  Parts a = make_parts(1, {16, 32});
+  save_checkpoint(path, *a.model.ptr(), *a.optimizer, CheckpointContent{{1, 0, 10, 0.5, 0}, ""});
+  const auto saved = snapshot(*a.model.ptr());
+
+  // Change the model, then die half-way through writing its checkpoint.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : a.model.ptr()->parameters()) p.add_(1.0);
+  }
+  const std::string bytes =
+      serialize_checkpoint(*a.model.ptr(), *a.optimizer, CheckpointContent{{2, 0, 20, 0.6, 1}, ""});
+  ASSERT_GT(bytes.size(), 2u << 10);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    write_file_atomically(path, bytes + std::string(2 << 20, '\0'), [&](size_t written) {
+      if (written >= bytes.size() / 2) _exit(42);  // killed mid-write
+    });
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "the child did not die mid-write";
+
+  Parts b = make_parts(3, {16, 32});
+  const CheckpointContent loaded = load_checkpoint(path, *b.model.ptr(), b.optimizer.get(), torch::kCPU);
+  EXPECT_EQ(loaded.state.step, 10);
+  EXPECT_TRUE(same(snapshot(*b.model.ptr()), saved));
+
+  // The next save replaces the file despite the stale temporary.
+  save_checkpoint(path, *a.model.ptr(), *a.optimizer, CheckpointContent{{2, 0, 20, 0.6, 1}, ""});
+  EXPECT_EQ(load_checkpoint(path, *b.model.ptr(), nullptr, torch::kCPU).state.step, 20);
+}
+
+TEST(Checkpoint, TruncatedOrForeignFilesGiveClearErrors) {
+  TempDir dir;
+  Parts a = make_parts(1);
+  const std::string bytes = serialize_checkpoint(*a.model.ptr(), *a.optimizer, CheckpointContent{});
+  stoker::testing::write_bytes(dir / "cut.pt", bytes.substr(0, bytes.size() / 3));
+  try {
+    load_checkpoint(dir / "cut.pt", *a.model.ptr(), a.optimizer.get(), torch::kCPU);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.pt is unreadable"), std::string::npos) << e.what();
+  }
+  Parts wide = make_parts(1, {4, 12});
+  save_checkpoint(dir / "wide.pt", *wide.model.ptr(), *wide.optimizer, CheckpointContent{});
+  try {
+    load_checkpoint(dir / "wide.pt", *a.model.ptr(), a.optimizer.get(), torch::kCPU);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has shape 12x4x3x3 but the model expects 8x4x3x3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(load_checkpoint(dir / "absent.pt", *a.model.ptr(), nullptr, torch::kCPU), Error);
+}
+
+TEST(Checkpoint, ResolvesRunDirectories) {
+  TempDir dir;
+  fs::create_directories(dir / "run/checkpoints");
+  stoker::testing::write_bytes(dir / "run/checkpoints/last.pt", "x");
+  EXPECT_EQ(resolve_checkpoint(dir / "run"), dir / "run/checkpoints/last.pt");
+  EXPECT_THROW(resolve_checkpoint(dir.path()), Error);
+  EXPECT_THROW(resolve_checkpoint(dir / "nothing"), Error);
+}
+
+}  // namespace
+}  // namespace stoker

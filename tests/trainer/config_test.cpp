@@ -1,0 +1,163 @@
+#include "trainer/config.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_config(yaml, "recipe.yaml", sets);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted:\n" << yaml;
+  return "";
+}
+
+TEST(Config, EmptyTextGivesTheDefaults) {
+  const Config c = parse_config("", "empty.yaml");
+  EXPECT_EQ(c.optimizer.lr, OptimizerOptions().lr);
+  EXPECT_EQ(c.data.root, "/usr/share/datasets/fashion-mnist");
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const Config c = parse_config(R"(
+run: {name: exp-1, seed: 9, device: cuda:1, threads: 3}
+data: {batch_size: 64, horizontal_flip: yes, mean: [0.1, 0.2, 0.3], std: [1, 2, 3]}
+model: {widths: [8, 16], blocks: [2, 1], dropout: 0.25}
+optimizer: {type: adamw, lr: 3e-4, betas: [0.8, 0.95]}
+schedule: {type: constant}
+train: {epochs: 4, channels_last: true}
+)", "r.yaml");
+  EXPECT_EQ(c.run.name, "exp-1");
+  EXPECT_EQ(c.run.seed, 9u);
+  EXPECT_EQ(c.run.device, "cuda:1");
+  EXPECT_EQ(c.data.batch_size, 64);
+  EXPECT_TRUE(c.data.horizontal_flip);
+  EXPECT_EQ(c.data.std, (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(c.model.blocks, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(c.optimizer.type, "adamw");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.95}));
+  EXPECT_EQ(c.train.epochs, 4);
+}
+
+TEST(Config, WrongTypeNamesKeyLineAndValue) {
+  EXPECT_EQ(error_of("run:\n  name: x\noptimizer:\n  lr: fast\n"),
+            "recipe.yaml: optimizer.lr at line 4: expected a positive number, got \"fast\"");
+  EXPECT_EQ(error_of("train:\n  epochs: 2.5\n"),
+            "recipe.yaml: train.epochs at line 2: expected an integer >= 1, got \"2.5\"");
+  EXPECT_EQ(error_of("data:\n  shuffle: maybe\n"),
+            "recipe.yaml: data.shuffle at line 2: expected true or false, got \"maybe\"");
+  EXPECT_EQ(error_of("data:\n  mean: 0.5\n"),
+            "recipe.yaml: data.mean at line 2: expected a list of at least 1 value(s), each a number, "
+            "got \"0.5\"");
+  EXPECT_EQ(error_of("optimizer: 3\n"),
+            "recipe.yaml: optimizer at line 1: expected a mapping of keys, got \"3\"");
+}
+
+TEST(Config, OutOfRangeValuesAreRejected) {
+  EXPECT_EQ(error_of("optimizer:\n  lr: -0.1\n"),
+            "recipe.yaml: optimizer.lr at line 2: expected a positive number, got \"-0.1\"");
+  EXPECT_EQ(error_of("data:\n  batch_size: 0\n"),
+            "recipe.yaml: data.batch_size at line 2: expected an integer >= 1, got \"0\"");
+  EXPECT_EQ(error_of("model:\n  dropout: 1\n"),
+            "recipe.yaml: model.dropout at line 2: expected a number in [0, 1), got \"1\"");
+  EXPECT_EQ(error_of("run:\n  seed: -4\n"),
+            "recipe.yaml: run.seed at line 2: expected an integer >= 0, got \"-4\"");
+  EXPECT_EQ(error_of("data:\n  std: [0.3, 0]\n"),
+            "recipe.yaml: data.std[1] at line 2: expected a positive number, got \"0\"");
+  EXPECT_EQ(error_of("optimizer:\n  betas: [0.9]\n"),
+            "recipe.yaml: optimizer.betas at line 2: expected a list of 2 values, each a number in "
+            "[0, 1), got 1 value(s)");
+  EXPECT_EQ(error_of("optimizer:\n  lr: .nan\n"),
+            "recipe.yaml: optimizer.lr at line 2: expected a positive number, got \".nan\"");
+}
+
+TEST(Config, ChoicesAreListed) {
+  EXPECT_EQ(error_of("optimizer:\n  type: adam\n"),
+            "recipe.yaml: optimizer.type at line 2: expected one of: sgd, adamw, got \"adam\"");
+  EXPECT_EQ(error_of("run:\n  device: gpu\n"),
+            "recipe.yaml: run.device at line 2: expected auto, cpu, cuda or cuda:N, got \"gpu\"");
+  const std::string msg = error_of("model:\n  type: resnet9000\n");
+  EXPECT_NE(msg.find("model.type at line 2: expected a registered model type (compact_resnet"),
+            std::string::npos) << msg;
+}
+
+TEST(Config, UnknownKeysAndSectionsAreRejected) {
+  EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
+            "recipe.yaml: optimizer.momentun at line 3: unknown key 'momentun' in section "
+            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, lr, momentum, nesterov, "
+            "type, weight_decay");
+  const std::string msg = error_of("trainer:\n  epochs: 3\n");
+  EXPECT_NE(msg.find("recipe.yaml: trainer at line 1: unknown section 'trainer'; known sections:"),
+            std::string::npos) << msg;
+}
+
+TEST(Config, InvalidYamlNamesLineAndColumn) {
+  const std::string msg = error_of("run:\n  name: [unclosed\n");
+  EXPECT_NE(msg.find("recipe.yaml: invalid YAML at line"), std::string::npos) << msg;
+}
+
+TEST(Config, CrossFieldChecks) {
+  EXPECT_EQ(error_of("data:\n  mean: [0.1, 0.2]\n  std: [0.3]\n"),
+            "recipe.yaml: data.mean has 2 value(s) but data.std has 1; give one of each per channel");
+  EXPECT_EQ(error_of("model:\n  widths: [8, 16]\n  blocks: [1]\n"),
+            "recipe.yaml: model.blocks has 1 entries but model.widths has 2; give one block count "
+            "per stage");
+  EXPECT_EQ(error_of("schedule:\n  warmup_epochs: 3\ntrain:\n  epochs: 3\n"),
+            "recipe.yaml: schedule.warmup_epochs (3) must be shorter than train.epochs (3)");
+  EXPECT_EQ(error_of("optimizer:\n  momentum: 0\n  nesterov: true\n"),
+            "recipe.yaml: optimizer.nesterov needs optimizer.momentum > 0; set a momentum or "
+            "nesterov: false");
+}
+
+TEST(Config, SetOverridesAnyKeyAndIsChecked) {
+  const Config c = parse_config("optimizer:\n  lr: 0.1\n", "r.yaml",
+                                {"optimizer.lr=0.05", "train.epochs=3", "model.widths=[4, 8, 12]"});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_EQ(c.model.widths, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(error_of("", {"optimizer.lr=fast"}),
+            "--set optimizer.lr: expected a positive number, got \"fast\"");
+  EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: unknown key 'lrr'"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"epochs=3"}),
+            "--set epochs=3: expected section.key=value (two names, e.g. train.epochs=3)");
+  EXPECT_EQ(error_of("", {"train.epochs"}),
+            "--set train.epochs: expected key.path=value, e.g. --set optimizer.lr=0.05");
+}
+
+TEST(Config, ResolvedYamlReadsBackTheSame) {
+  Config c = parse_config("", "r.yaml", {"optimizer.lr=0.1", "data.mean=[0.286]", "run.seed=12345678901"});
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("lr: 0.1\n"), std::string::npos) << yaml;
+  const Config back = parse_config(yaml, "resolved.yaml");
+  EXPECT_EQ(config_to_yaml(back), yaml);
+  EXPECT_EQ(back.run.seed, 12345678901u);
+  EXPECT_EQ(back.data.mean, c.data.mean);
+}
+
+TEST(Config, MissingFileIsNamed) {
+  try {
+    load_config("/nonexistent/recipe.yaml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "/nonexistent/recipe.yaml: cannot read the config file (no such file); "
+                           "check the path given to --config");
+  }
+}
+
+TEST(Config, ShippedRecipesLoad) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKER_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    EXPECT_NO_THROW(load_config(entry.path())) << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace stoker

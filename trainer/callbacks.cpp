@@ -1,0 +1,157 @@
+#include "trainer/callbacks.h"
+
+#include <atomic>
+#include <cmath>
+#include <csignal>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+namespace stoker {
+
+// ---- metrics and progress ---------------------------------------------------------------------------
+
+MetricsCallback::MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress)
+    : writer_(metrics_file), live_(live_progress) {}
+
+void MetricsCallback::reset_window() {
+  window_seconds_ = window_data_seconds_ = window_loss_ = 0;
+  window_samples_ = window_steps_ = 0;
+}
+
+void MetricsCallback::on_epoch_start(Trainer& trainer, int64_t) {
+  progress_ = std::make_unique<Progress>(live_, trainer.config().train.log_every_steps);
+  reset_window();
+}
+
+void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
+  window_seconds_ += s.step_seconds;
+  window_data_seconds_ += s.data_seconds;
+  window_samples_ += s.samples;
+  ++window_steps_;
+  mean_step_seconds_ = mean_step_seconds_ == 0 ? s.step_seconds
+                                               : 0.98 * mean_step_seconds_ + 0.02 * s.step_seconds;
+  const int64_t every = trainer.config().train.log_every_steps;
+  const bool log_now = s.step % every == 0 || s.batch + 1 == s.batches;
+  // Reading the loss synchronises with the device: only when it is shown or logged.
+  if (!log_now && !live_) return;
+  const double loss = s.loss.item<double>();
+  window_loss_ = loss;
+  ProgressUpdate u;
+  u.epoch = s.epoch + 1;
+  u.epochs = trainer.config().train.epochs;
+  u.step = s.batch + 1;
+  u.steps = s.batches;
+  u.loss = loss;
+  u.lr = s.lr;
+  u.samples_per_s = window_seconds_ > 0 ? window_samples_ / window_seconds_ : 0;
+  u.data_wait = window_seconds_ > 0 ? window_data_seconds_ / window_seconds_ : 0;
+  u.eta_s = static_cast<double>(trainer.total_steps() - s.step) * mean_step_seconds_;
+  progress_->update(u);
+  if (!log_now) return;
+  writer_.write(JsonLine()
+                    .add("kind", std::string("step"))
+                    .add("epoch", s.epoch)
+                    .add("step", s.step)
+                    .add("loss", loss)
+                    .add("lr", s.lr)
+                    .add("samples_per_s", u.samples_per_s)
+                    .add("data_wait", u.data_wait));
+  reset_window();
+}
+
+void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
+  if (progress_) progress_->finish_line();
+  writer_.write(JsonLine()
+                    .add("kind", std::string("epoch"))
+                    .add("epoch", r.epoch)
+                    .add("step", trainer.state().step)
+                    .add("train_loss", r.train_loss)
+                    .add("test_loss", r.test.loss)
+                    .add("test_top1", r.test.top1)
+                    .add("epoch_seconds", r.seconds)
+                    .add("samples_per_s", r.samples_per_s)
+                    .add("data_wait", r.data_wait));
+  logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, {} "
+                "({:.0f} samples/s, data wait {:.1f}%)",
+                r.epoch + 1, trainer.config().train.epochs, r.train_loss, r.test.loss,
+                100.0 * r.test.top1, format_duration(r.seconds), r.samples_per_s, 100.0 * r.data_wait);
+}
+
+void MetricsCallback::on_fit_end(Trainer&, const FitResult&) {
+  if (progress_) progress_->finish_line();
+}
+
+// ---- checkpoints ------------------------------------------------------------------------------------
+
+CheckpointCallback::CheckpointCallback(const std::filesystem::path& folder) : folder_(folder) {
+  std::filesystem::create_directories(folder_);
+}
+
+void CheckpointCallback::save(Trainer& trainer, const char* name) {
+  const auto path = folder_ / name;
+  trainer.save_checkpoint(path);
+  logger().debug("saved {} (epoch {}, batch {}, step {})", path.string(), trainer.state().epoch,
+                 trainer.state().batch_in_epoch, trainer.state().step);
+}
+
+void CheckpointCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
+  const int64_t every = trainer.config().checkpoint.every_steps;
+  if (every > 0 && trainer.config().checkpoint.save_last && s.step % every == 0 &&
+      s.batch + 1 < s.batches) {
+    save(trainer, "last.pt");
+  }
+}
+
+void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
+  const auto& options = trainer.config().checkpoint;
+  TrainState& state = trainer.state();
+  const bool higher_is_better = options.best_metric == "test_top1";
+  const double value = higher_is_better ? r.test.top1 : r.test.loss;
+  const bool improved = std::isnan(state.best_metric) ||
+                        (higher_is_better ? value > state.best_metric : value < state.best_metric);
+  if (improved) {
+    state.best_metric = value;
+    state.best_epoch = r.epoch;
+  }
+  // `last` first: it carries the updated best, so a resumed run knows it.
+  if (options.save_last) save(trainer, "last.pt");
+  if (improved && options.save_best) {
+    save(trainer, "best.pt");
+    logger().info("new best {} = {:.4f} at epoch {}: saved checkpoints/best.pt", options.best_metric,
+                  value, r.epoch + 1);
+  }
+}
+
+void CheckpointCallback::on_fit_end(Trainer& trainer, const FitResult& result) {
+  if (result.interrupted && trainer.config().checkpoint.save_last) {
+    save(trainer, "last.pt");
+    logger().warn("stopped at epoch {}, batch {} (step {}); saved {}",
+                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step,
+                  (folder_ / "last.pt").string());
+  }
+}
+
+// ---- stopping on a signal ---------------------------------------------------------------------------
+
+namespace {
+std::atomic<bool> g_stop_signal{false};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(true);
+  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+}
+}  // namespace
+
+void install_stop_signal_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+bool stop_signal_received() { return g_stop_signal.load(); }
+
+void StopOnSignalCallback::on_train_step_end(Trainer& trainer, const StepInfo&) {
+  if (g_stop_signal.load()) trainer.request_stop();
+}
+
+}  // namespace stoker

@@ -1,0 +1,60 @@
+// Stoker's built-in callbacks: metrics and progress, checkpoints (last and best), and stopping on
+// SIGINT/SIGTERM with a checkpoint so that the run can be resumed.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "trainer/logging.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+// Writes per-step lines (every train.log_every_steps) and per-epoch lines to metrics.jsonl, drives
+// the progress display, and logs each epoch's summary.
+class MetricsCallback : public Callback {
+ public:
+  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress);
+  void on_epoch_start(Trainer& trainer, int64_t epoch) override;
+  void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
+  void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
+  void on_fit_end(Trainer& trainer, const FitResult& result) override;
+
+ private:
+  void reset_window();
+
+  MetricsWriter writer_;
+  std::unique_ptr<Progress> progress_;
+  bool live_;
+  // The window since the last logged step.
+  double window_seconds_ = 0, window_data_seconds_ = 0, window_loss_ = 0;
+  int64_t window_samples_ = 0, window_steps_ = 0;
+  double mean_step_seconds_ = 0;  // smoothed, for the ETA
+};
+
+// Saves `checkpoints/last.pt` after every epoch (and every checkpoint.every_steps steps, and when
+// a run is interrupted), and `checkpoints/best.pt` whenever checkpoint.best_metric improves.
+class CheckpointCallback : public Callback {
+ public:
+  explicit CheckpointCallback(const std::filesystem::path& folder);
+  void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
+  void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
+  void on_fit_end(Trainer& trainer, const FitResult& result) override;
+
+ private:
+  void save(Trainer& trainer, const char* name);
+  std::filesystem::path folder_;
+};
+
+// Installs SIGINT/SIGTERM handlers that ask the Trainer to stop after its current step (a second
+// signal ends the process at once). Returns true once a stop signal arrived.
+void install_stop_signal_handlers();
+bool stop_signal_received();
+
+// Calls trainer.request_stop() once a stop signal has arrived.
+class StopOnSignalCallback : public Callback {
+ public:
+  void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
+};
+
+}  // namespace stoker

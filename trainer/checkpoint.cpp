@@ -1,0 +1,218 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kFormat = "stoker-checkpoint-v1";
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace
+
+void write_file_atomically(const fs::path& path, const std::string& bytes,
+                           const std::function<void(size_t)>& after_chunk) {
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const fs::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+  Fd file;
+  file.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STOKER_CHECK(file.fd >= 0, "cannot write {}: {}; check that {} exists and is writable", tmp.string(),
+               errno_text(), dir.string());
+  try {
+    constexpr size_t kChunk = 1 << 20;
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const size_t n = std::min(kChunk, bytes.size() - done);
+      const ssize_t wrote = ::write(file.fd, bytes.data() + done, n);
+      if (wrote < 0 && errno == EINTR) continue;
+      STOKER_CHECK(wrote > 0, "writing {} failed after {} of {} bytes: {}; is the disk full?",
+                   tmp.string(), done, bytes.size(), errno_text());
+      done += static_cast<size_t>(wrote);
+      if (after_chunk) after_chunk(done);
+    }
+    STOKER_CHECK(::fsync(file.fd) == 0, "flushing {} to disk failed: {}", tmp.string(), errno_text());
+    STOKER_CHECK(::close(file.fd) == 0, "closing {} failed: {}", tmp.string(), errno_text());
+    file.fd = -1;
+    STOKER_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "renaming {} to {} failed: {}",
+                 tmp.string(), path.string(), errno_text());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
+  // Make the rename itself durable.
+  Fd folder;
+  folder.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (folder.fd >= 0) ::fsync(folder.fd);
+}
+
+namespace {
+
+at::Generator cuda_generator(torch::Device device) {
+  return at::globalContext().defaultGenerator(device);
+}
+
+void write_rng(torch::serialize::OutputArchive& archive, torch::Device device) {
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    archive.write("rng.cpu", cpu.get_state());
+  }
+  if (device.is_cuda()) {
+    auto gen = cuda_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    archive.write("rng.cuda", gen.get_state());
+  }
+}
+
+void read_rng(torch::serialize::InputArchive& archive, torch::Device device) {
+  torch::Tensor state;
+  if (archive.try_read("rng.cpu", state)) {
+    auto cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(state.cpu());
+  }
+  if (device.is_cuda() && archive.try_read("rng.cuda", state)) {
+    auto gen = cuda_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state.cpu());
+  }
+}
+
+torch::Device device_of(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+}  // namespace
+
+std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                 const CheckpointContent& content) {
+  torch::serialize::OutputArchive archive;
+  archive.write("format", torch::IValue(std::string(kFormat)));
+  for (const auto& item : model.named_parameters()) archive.write("model." + item.key(), item.value());
+  for (const auto& item : model.named_buffers()) archive.write("model." + item.key(), item.value(), true);
+  torch::serialize::OutputArchive optim_archive;
+  optimizer.save(optim_archive);
+  archive.write("optimizer", optim_archive);
+  const TrainState& s = content.state;
+  archive.write("state.epoch", torch::IValue(s.epoch));
+  archive.write("state.batch_in_epoch", torch::IValue(s.batch_in_epoch));
+  archive.write("state.step", torch::IValue(s.step));
+  archive.write("state.best_metric", torch::IValue(s.best_metric));
+  archive.write("state.best_epoch", torch::IValue(s.best_epoch));
+  archive.write("config", torch::IValue(content.config_yaml));
+  write_rng(archive, device_of(model));
+
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  return bytes.str();
+}
+
+void save_checkpoint(const fs::path& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                     const CheckpointContent& content) {
+  write_file_atomically(path, serialize_checkpoint(model, optimizer, content));
+}
+
+CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
+                                  torch::optim::Optimizer* optimizer, torch::Device device) {
+  const std::string name = path.string();
+  STOKER_CHECK(fs::is_regular_file(path), "checkpoint {} does not exist", name);
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(name, device);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    STOKER_FAIL("checkpoint {} is unreadable ({}); it may be truncated or not a Stoker checkpoint: "
+                "resume from another one (best.pt, or an earlier run)",
+                name, why);
+  }
+  torch::IValue value;
+  STOKER_CHECK(archive.try_read("format", value) && value.isString() &&
+                   value.toStringRef() == kFormat,
+               "{} is not a Stoker checkpoint (no '{}' marker)", name, kFormat);
+
+  // Model: every parameter and buffer, by name, with matching shapes.
+  {
+    torch::NoGradGuard no_grad;
+    auto load_into = [&](const std::string& key, torch::Tensor& target) {
+      torch::Tensor loaded;
+      STOKER_CHECK(archive.try_read("model." + key, loaded),
+                   "checkpoint {} has no '{}': it was written for a different model; check model.* "
+                   "in the config",
+                   name, key);
+      STOKER_CHECK(loaded.sizes() == target.sizes(),
+                   "checkpoint {}: '{}' has shape {} but the model expects {}; check model.* in the "
+                   "config",
+                   name, key, fmt::join(loaded.sizes(), "x"), fmt::join(target.sizes(), "x"));
+      target.copy_(loaded);
+    };
+    for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
+    for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
+  }
+  if (optimizer != nullptr) {
+    torch::serialize::InputArchive optim_archive;
+    STOKER_CHECK(archive.try_read("optimizer", optim_archive), "checkpoint {} holds no optimizer state",
+                 name);
+    try {
+      optimizer->load(optim_archive);
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      STOKER_FAIL("checkpoint {}: its optimizer state does not fit this optimizer ({}); resume with "
+                  "the optimizer.* settings the run was started with",
+                  name, why.substr(0, why.find('\n')));
+    }
+  }
+  CheckpointContent content;
+  auto read_int = [&](const char* key) {
+    STOKER_CHECK(archive.try_read(key, value) && value.isInt(), "checkpoint {} lacks '{}'", name, key);
+    return value.toInt();
+  };
+  content.state.epoch = read_int("state.epoch");
+  content.state.batch_in_epoch = read_int("state.batch_in_epoch");
+  content.state.step = read_int("state.step");
+  content.state.best_epoch = read_int("state.best_epoch");
+  STOKER_CHECK(archive.try_read("state.best_metric", value) && value.isDouble(),
+               "checkpoint {} lacks 'state.best_metric'", name);
+  content.state.best_metric = value.toDouble();
+  if (archive.try_read("config", value) && value.isString()) content.config_yaml = value.toStringRef();
+  read_rng(archive, device);
+  return content;
+}
+
+fs::path resolve_checkpoint(const fs::path& run_dir_or_file) {
+  if (fs::is_directory(run_dir_or_file)) {
+    const fs::path last = run_dir_or_file / "checkpoints" / "last.pt";
+    STOKER_CHECK(fs::is_regular_file(last),
+                 "{} is a folder but holds no checkpoints/last.pt; pass a run directory or a .pt file",
+                 run_dir_or_file.string());
+    return last;
+  }
+  STOKER_CHECK(fs::is_regular_file(run_dir_or_file),
+               "--resume {}: no such checkpoint file or run directory", run_dir_or_file.string());
+  return run_dir_or_file;
+}
+
+}  // namespace stoker

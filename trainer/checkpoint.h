@@ -1,0 +1,56 @@
+// Checkpoints: what they hold (model, optimizer, training position, RNG state, the resolved
+// config), and writing them atomically (temporary file, flush, fsync, rename), so that an
+// interrupted write never destroys the previous checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+namespace stoker {
+
+// Where training stands. Saved in every checkpoint; a resumed run continues from here.
+struct TrainState {
+  int64_t epoch = 0;           // the epoch in progress (0-based)
+  int64_t batch_in_epoch = 0;  // the next batch of that epoch to train on
+  int64_t step = 0;            // optimizer steps taken so far
+  double best_metric = std::numeric_limits<double>::quiet_NaN();  // NaN until the first evaluation
+  int64_t best_epoch = -1;
+};
+
+// Writes `bytes` to `path` so that `path` is either its old content or the whole new content, never
+// a mix: write to `<path>.tmp-<pid>` in the same folder, flush and fsync it, rename it over `path`,
+// fsync the folder. `after_chunk(bytes_written)` is called after each chunk; tests use it to cut a
+// write short. Throws stoker::Error naming the file on any failure (and removes the temporary).
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes,
+                           const std::function<void(size_t)>& after_chunk = {});
+
+struct CheckpointContent {
+  TrainState state;
+  std::string config_yaml;  // the resolved config of the run that wrote it
+};
+
+// Serialises model parameters and buffers, optimizer state, `content` and the RNG state of the CPU
+// (and of the CUDA device when `model` lives there) into the bytes of a checkpoint file.
+std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                 const CheckpointContent& content);
+
+// serialize_checkpoint, then write_file_atomically.
+void save_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
+                     torch::optim::Optimizer& optimizer, const CheckpointContent& content);
+
+// Loads a checkpoint written by save_checkpoint into `model` (every parameter and buffer must be
+// present with the same shape) and, when given, `optimizer`; restores the RNG state. Tensors land on
+// `device`. Throws stoker::Error naming the file and what does not fit.
+CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
+                                  torch::optim::Optimizer* optimizer, torch::Device device);
+
+// Accepts a checkpoint file or a run directory (then its checkpoints/last.pt).
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);
+
+}  // namespace stoker

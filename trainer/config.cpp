@@ -1,0 +1,426 @@
+#include "trainer/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "models/compact_resnet.h"
+
+namespace stoker {
+namespace {
+
+// ---- rules: what a value must be, and how to say it ---------------------------------------------
+
+struct Rule {
+  std::string expected;  // "a positive number", used in messages
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  std::vector<std::string> choices;                   // for strings: the allowed values
+  std::function<bool(const std::string&)> accepts;    // for strings: a custom test
+  size_t min_items = 0, max_items = SIZE_MAX;         // for lists
+
+  bool in_range(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+
+Rule described(std::string expected) {
+  Rule r;
+  r.expected = std::move(expected);
+  return r;
+}
+Rule number(std::string expected, double lo, double hi = INFINITY, bool lo_open = false,
+            bool hi_open = false) {
+  Rule r = described(std::move(expected));
+  r.lo = lo;
+  r.hi = hi;
+  r.lo_open = lo_open;
+  r.hi_open = hi_open;
+  return r;
+}
+Rule any_number() { return described("a number"); }
+Rule positive() { return number("a positive number", 0, INFINITY, true); }
+Rule non_negative() { return number("a number >= 0", 0); }
+Rule at_least(int64_t n) { return number(fmt::format("an integer >= {}", n), double(n)); }
+Rule unit_open() { return number("a number in [0, 1)", 0, 1, false, true); }
+Rule unit_closed() { return number("a number in [0, 1]", 0, 1); }
+Rule one_of(std::vector<std::string> choices) {
+  Rule r = described(fmt::format("one of: {}", fmt::join(choices, ", ")));
+  r.choices = std::move(choices);
+  return r;
+}
+Rule non_empty() {
+  Rule r = described("a non-empty string");
+  r.accepts = [](const std::string& s) { return !s.empty(); };
+  return r;
+}
+Rule matching(const char* pattern, std::string expected) {
+  Rule r = described(std::move(expected));
+  r.accepts = [re = std::regex(pattern)](const std::string& s) { return std::regex_match(s, re); };
+  return r;
+}
+Rule items(Rule r, size_t min_items, size_t max_items = SIZE_MAX) {
+  r.min_items = min_items;
+  r.max_items = max_items;
+  return r;
+}
+
+// ---- the mapping, in one place ------------------------------------------------------------------
+// Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
+
+template <typename C, typename V>
+void visit_config(C& c, V& v) {
+  v.section("run", [&] {
+    v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
+    v.field("dir", c.run.dir, non_empty());
+    v.field("seed", c.run.seed, non_negative());
+    v.field("device", c.run.device, matching("auto|cpu|cuda|cuda:[0-9]+", "auto, cpu, cuda or cuda:N"));
+    v.field("threads", c.run.threads, at_least(0));
+  });
+  v.section("data", [&] {
+    v.field("type", c.data.type, one_of({"idx"}));
+    v.field("root", c.data.root, non_empty());
+    v.field("num_classes", c.data.num_classes, at_least(2));
+    v.field("batch_size", c.data.batch_size, at_least(1));
+    v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
+    v.field("shuffle", c.data.shuffle);
+    v.field("drop_last", c.data.drop_last);
+    v.field("random_crop_padding", c.data.random_crop_padding, at_least(0));
+    v.field("horizontal_flip", c.data.horizontal_flip);
+    v.field("mean", c.data.mean, items(any_number(), 1));
+    v.field("std", c.data.std, items(positive(), 1));
+    v.field("train_limit", c.data.train_limit, at_least(0));
+    v.field("test_limit", c.data.test_limit, at_least(0));
+  });
+  v.section("model", [&] {
+    Rule known_model = non_empty();
+    known_model.expected = fmt::format("a registered model type ({})",
+                                       fmt::join(models::model_registry().names(), ", "));
+    known_model.accepts = [](const std::string& s) { return models::model_registry().contains(s); };
+    v.field("type", c.model.type, known_model);
+    v.field("widths", c.model.widths, items(at_least(1), 1));
+    v.field("blocks", c.model.blocks, items(at_least(1), 1));
+    v.field("dropout", c.model.dropout, unit_open());
+  });
+  v.section("optimizer", [&] {
+    v.field("type", c.optimizer.type, one_of({"sgd", "adamw"}));
+    v.field("lr", c.optimizer.lr, positive());
+    v.field("momentum", c.optimizer.momentum, unit_open());
+    v.field("nesterov", c.optimizer.nesterov);
+    v.field("betas", c.optimizer.betas, items(unit_open(), 2, 2));
+    v.field("eps", c.optimizer.eps, positive());
+    v.field("weight_decay", c.optimizer.weight_decay, non_negative());
+    v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
+  });
+  v.section("schedule", [&] {
+    v.field("type", c.schedule.type, one_of({"constant", "cosine"}));
+    v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
+    v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
+  });
+  v.section("train", [&] {
+    v.field("epochs", c.train.epochs, at_least(1));
+    v.field("label_smoothing", c.train.label_smoothing, unit_open());
+    v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
+    v.field("channels_last", c.train.channels_last);
+    v.field("log_every_steps", c.train.log_every_steps, at_least(1));
+  });
+  v.section("checkpoint", [&] {
+    v.field("save_last", c.checkpoint.save_last);
+    v.field("save_best", c.checkpoint.save_best);
+    v.field("best_metric", c.checkpoint.best_metric, one_of({"test_top1", "test_loss"}));
+    v.field("every_steps", c.checkpoint.every_steps, at_least(0));
+  });
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+std::string quote(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsScalar()) return fmt::format("\"{}\"", node.Scalar());
+  if (node.IsSequence()) return "a list";
+  return "a mapping";
+}
+
+class Reader {
+ public:
+  Reader(YAML::Node root, std::string source, std::set<std::string> overridden)
+      : root_(std::move(root)), source_(std::move(source)), overridden_(std::move(overridden)) {}
+
+  template <typename Body>
+  void section(const char* key, Body body) {
+    sections_.insert(key);
+    const YAML::Node& node = static_cast<const YAML::Node&>(root_)[key];
+    if (!node.IsDefined() || node.IsNull()) return;  // all defaults
+    prefix_ = key;
+    if (!node.IsMap()) fail(node, prefix_, "a mapping of keys", quote(node));
+    current_ = node;
+    keys_.clear();
+    body();
+    for (const auto& kv : current_) {
+      const std::string name = kv.first.as<std::string>();
+      if (!keys_.count(name)) {
+        fail(kv.first, prefix_ + "." + name, "", "",
+             fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, prefix_,
+                         fmt::join(keys_, ", ")));
+      }
+    }
+  }
+
+  template <typename T>
+  void field(const char* key, T& value, const Rule& rule = described("true or false")) {
+    keys_.insert(key);
+    const YAML::Node& node = static_cast<const YAML::Node&>(current_)[key];
+    if (!node.IsDefined()) return;
+    read(node, prefix_ + "." + key, value, rule);
+  }
+
+  // Top-level keys that are not sections.
+  void check_top_level() {
+    if (!root_.IsDefined() || root_.IsNull()) return;
+    if (!root_.IsMap()) fail(root_, "(top level)", "a mapping of sections", quote(root_));
+    for (const auto& kv : root_) {
+      const std::string name = kv.first.as<std::string>();
+      if (!sections_.count(name)) {
+        fail(kv.first, name, "", "",
+             fmt::format("unknown section '{}'; known sections: {}", name, fmt::join(sections_, ", ")));
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& expected,
+                         const std::string& got, const std::string& custom = "") const {
+    const std::string what =
+        custom.empty() ? fmt::format("expected {}, got {}", expected, got) : custom;
+    // A value from --set is reported as such: its line would point into the override, not the file.
+    for (const auto& o : overridden_) {
+      if (path == o || path.rfind(o + ".", 0) == 0) {
+        throw Error(fmt::format("--set {}: {}", path, what));
+      }
+    }
+    const auto mark = node.Mark();
+    const std::string where = mark.is_null() ? "" : fmt::format(" at line {}", mark.line + 1);
+    throw Error(fmt::format("{}: {}{}: {}", source_, path, where, what));
+  }
+
+  void read(const YAML::Node& node, const std::string& path, bool& out, const Rule&) {
+    bool v;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) fail(node, path, "true or false", quote(node));
+    out = v;
+  }
+
+  void read(const YAML::Node& node, const std::string& path, std::string& out, const Rule& rule) {
+    if (!node.IsScalar()) fail(node, path, rule.expected, quote(node));
+    const std::string& s = node.Scalar();
+    const bool ok = rule.choices.empty()
+                        ? (!rule.accepts || rule.accepts(s))
+                        : std::find(rule.choices.begin(), rule.choices.end(), s) != rule.choices.end();
+    if (!ok) fail(node, path, rule.expected, quote(node));
+    out = s;
+  }
+
+  template <typename Number>
+  Number number(const YAML::Node& node, const std::string& path, const Rule& rule) {
+    Number v{};
+    if (!node.IsScalar() || !YAML::convert<Number>::decode(node, v)) fail(node, path, rule.expected, quote(node));
+    if constexpr (std::is_floating_point_v<Number>) {
+      if (!std::isfinite(v)) fail(node, path, rule.expected, quote(node));
+    }
+    if (!rule.in_range(static_cast<double>(v))) fail(node, path, rule.expected, quote(node));
+    return v;
+  }
+
+  void read(const YAML::Node& node, const std::string& path, double& out, const Rule& rule) {
+    out = number<double>(node, path, rule);
+  }
+  void read(const YAML::Node& node, const std::string& path, int64_t& out, const Rule& rule) {
+    out = number<int64_t>(node, path, rule);
+  }
+  void read(const YAML::Node& node, const std::string& path, uint64_t& out, const Rule& rule) {
+    if (node.IsScalar() && !node.Scalar().empty() && node.Scalar()[0] == '-') {
+      fail(node, path, "an integer >= 0", quote(node));
+    }
+    Rule r = rule;
+    r.expected = "an integer >= 0";
+    out = number<uint64_t>(node, path, r);
+  }
+
+  template <typename T>
+  void read(const YAML::Node& node, const std::string& path, std::vector<T>& out, const Rule& rule) {
+    const std::string expected =
+        rule.min_items == rule.max_items
+            ? fmt::format("a list of {} values, each {}", rule.min_items, rule.expected)
+            : fmt::format("a list of at least {} value(s), each {}", rule.min_items, rule.expected);
+    if (!node.IsSequence()) fail(node, path, expected, quote(node));
+    if (node.size() < rule.min_items || node.size() > rule.max_items) {
+      fail(node, path, expected, fmt::format("{} value(s)", node.size()));
+    }
+    std::vector<T> values;
+    for (size_t i = 0; i < node.size(); ++i) {
+      values.push_back(number<T>(node[i], fmt::format("{}[{}]", path, i), rule));
+    }
+    out = std::move(values);
+  }
+
+  YAML::Node root_;
+  std::string source_;
+  std::set<std::string> overridden_;
+  std::set<std::string> sections_;
+  std::set<std::string> keys_;
+  std::string prefix_;
+  YAML::Node current_;
+};
+
+// ---- writing ------------------------------------------------------------------------------------
+
+class Writer {
+ public:
+  Writer() { out_ << YAML::BeginMap; }
+  std::string str() {
+    out_ << YAML::EndMap;
+    return std::string(out_.c_str()) + "\n";
+  }
+
+  template <typename Body>
+  void section(const char* key, Body body) {
+    out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
+    body();
+    out_ << YAML::EndMap;
+  }
+
+  template <typename T>
+  void field(const char* key, const T& value, const Rule& = Rule()) {
+    out_ << YAML::Key << key << YAML::Value;
+    write(value);
+  }
+
+ private:
+  void write(bool v) { out_ << (v ? "true" : "false"); }
+  void write(const std::string& v) { out_ << v; }
+  void write(int64_t v) { out_ << v; }
+  void write(uint64_t v) { out_ << v; }
+  // Shortest text that reads back as the same double (0.1, not 0.10000000000000001).
+  void write(double v) { out_ << fmt::format("{}", v); }
+  template <typename T>
+  void write(const std::vector<T>& v) {
+    out_ << YAML::Flow << YAML::BeginSeq;
+    for (const auto& x : v) write(x);
+    out_ << YAML::EndSeq;
+  }
+
+  YAML::Emitter out_;
+};
+
+// ---- cross-field checks -------------------------------------------------------------------------
+
+void check_consistency(const Config& c, const std::string& source) {
+  auto fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
+  if (c.data.mean.size() != c.data.std.size()) {
+    fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
+                     c.data.mean.size(), c.data.std.size()));
+  }
+  if (c.model.blocks.size() != c.model.widths.size()) {
+    fail(fmt::format("model.blocks has {} entries but model.widths has {}; give one block count per "
+                     "stage",
+                     c.model.blocks.size(), c.model.widths.size()));
+  }
+  if (c.optimizer.type == "sgd" && c.optimizer.nesterov && c.optimizer.momentum == 0) {
+    fail("optimizer.nesterov needs optimizer.momentum > 0; set a momentum or nesterov: false");
+  }
+  if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
+    fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
+                     c.schedule.warmup_epochs, c.train.epochs));
+  }
+}
+
+// Applies "a.b=c" overrides onto the YAML tree; returns the overridden key paths.
+std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
+  std::set<std::string> paths;
+  for (const auto& text : overrides) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(fmt::format("--set {}: expected key.path=value, e.g. --set optimizer.lr=0.05", text));
+    }
+    const std::string path = text.substr(0, eq);
+    const std::string value = text.substr(eq + 1);
+    std::vector<std::string> parts;
+    std::stringstream ss(path);
+    for (std::string part; std::getline(ss, part, '.');) {
+      if (part.empty()) throw Error(fmt::format("--set {}: empty key in path '{}'", text, path));
+      parts.push_back(part);
+    }
+    if (parts.size() != 2) {
+      throw Error(fmt::format("--set {}: expected section.key=value (two names, e.g. train.epochs=3)",
+                              text));
+    }
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      throw Error(fmt::format("--set {}: the value is not valid YAML ({})", text, e.msg));
+    }
+    if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw Error(fmt::format("--set {}: the config is not a mapping", text));
+    YAML::Node section = root[parts[0]];
+    if (!section.IsDefined() || section.IsNull()) {
+      root[parts[0]] = YAML::Node(YAML::NodeType::Map);
+      section = root[parts[0]];
+    }
+    if (!section.IsMap()) {
+      throw Error(fmt::format("--set {}: '{}' is not a section of keys", text, parts[0]));
+    }
+    section[parts[1]] = parsed;
+    paths.insert(path);
+  }
+  return paths;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}: invalid YAML at line {}, column {}: {}", source, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
+  }
+  const auto overridden = apply_overrides(root, overrides);
+  Config config;
+  Reader reader(root, source, overridden);
+  visit_config(config, reader);
+  reader.check_top_level();
+  check_consistency(config, source);
+  return config;
+}
+
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(fmt::format("{}: cannot read the config file ({}); check the path given to --config",
+                            path.string(),
+                            std::filesystem::exists(path) ? "permission denied" : "no such file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path.string(), overrides);
+}
+
+std::string config_to_yaml(const Config& config) {
+  Writer writer;
+  visit_config(config, writer);
+  return writer.str();
+}
+
+}  // namespace stoker

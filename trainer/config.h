@@ -1,0 +1,101 @@
+// Stoker's configuration: one options struct per section, the YAML <-> struct mapping in one place
+// (visit_config in config.cpp), and validation at load time. Unknown keys, wrong types and
+// out-of-range values are rejected with the file, the key path, the line and what was expected:
+//   configs/x.yaml: optimizer.lr at line 12: expected a positive number, got "fast"
+// `--set key.path=value` overrides go through the same checks.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace stoker {
+
+struct RunOptions {
+  std::string name = "run";     // run directory: <dir>/<name>/<timestamp>/
+  std::string dir = "runs";
+  uint64_t seed = 42;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;          // libtorch intra-op threads; 0 = one per core
+};
+
+struct DataOptions {
+  std::string type = "idx";
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  int64_t num_classes = 10;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  bool shuffle = true;
+  bool drop_last = true;
+  int64_t random_crop_padding = 0;
+  bool horizontal_flip = false;
+  std::vector<double> mean{0.0};
+  std::vector<double> std{1.0};
+  int64_t train_limit = 0;  // use only the first N training samples (0 = all)
+  int64_t test_limit = 0;   // use only the first N test samples (0 = all)
+};
+
+struct ModelOptions {
+  std::string type = "compact_resnet";
+  std::vector<int64_t> widths{16, 32, 64};
+  std::vector<int64_t> blocks{1, 1, 1};
+  double dropout = 0.0;
+};
+
+struct OptimizerOptions {
+  std::string type = "sgd";  // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;     // sgd
+  bool nesterov = true;      // sgd
+  std::vector<double> betas{0.9, 0.999};  // adamw
+  double eps = 1e-8;                      // adamw
+  double weight_decay = 5e-4;
+  bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
+};
+
+struct ScheduleOptions {
+  std::string type = "cosine";  // constant | cosine (after the linear warm-up)
+  double warmup_epochs = 0.0;
+  double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
+};
+
+struct TrainOptions {
+  int64_t epochs = 10;
+  double label_smoothing = 0.0;
+  double grad_clip_norm = 0.0;  // clip gradients to this global L2 norm; 0 = off
+  bool channels_last = false;   // model and inputs in channels-last memory format
+  int64_t log_every_steps = 50;
+};
+
+struct CheckpointOptions {
+  bool save_last = true;
+  bool save_best = true;
+  std::string best_metric = "test_top1";  // test_top1 (higher is better) | test_loss (lower)
+  int64_t every_steps = 0;                // also save `last` every N optimizer steps; 0 = per epoch
+};
+
+struct Config {
+  RunOptions run;
+  DataOptions data;
+  ModelOptions model;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  TrainOptions train;
+  CheckpointOptions checkpoint;
+};
+
+// Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
+// strings from --set, applied on top of the text before validation.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+// Reads and parses a YAML file; a missing or unreadable file is an error naming it.
+Config load_config(const std::filesystem::path& path,
+                   const std::vector<std::string>& overrides = {});
+
+// The resolved configuration as YAML (every key, defaults included). parse_config of the result
+// gives back the same Config.
+std::string config_to_yaml(const Config& config);
+
+}  // namespace stoker

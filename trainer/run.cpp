@@ -1,0 +1,191 @@
+#include "trainer/run.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "data/idx.h"
+#include "models/compact_resnet.h"
+#include "trainer/callbacks.h"
+#include "trainer/checkpoint.h"
+#include "trainer/logging.h"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+torch::Device resolve_device(const std::string& name) {
+  const bool cuda = torch::cuda::is_available();
+  if (name == "auto") return cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (name == "cpu") return torch::kCPU;
+  STOKER_CHECK(cuda, "run.device is '{}' but CUDA is not available here ({}); use run.device: auto "
+               "or cpu",
+               name, torch::cuda::device_count() == 0 ? "no CUDA device found" : "libtorch has no CUDA");
+  torch::Device device(name);
+  STOKER_CHECK(device.index() < static_cast<int>(torch::cuda::device_count()),
+               "run.device is '{}' but only {} CUDA device(s) exist", name, torch::cuda::device_count());
+  if (!device.has_index()) device.set_index(0);
+  return device;
+}
+
+void configure_threads(int64_t threads) {
+  const int64_t n = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  torch::set_num_threads(static_cast<int>(n));
+  try {
+    torch::set_num_interop_threads(1);
+  } catch (const std::exception&) {
+    // Only settable before the first parallel work; a second run in one process keeps the first.
+  }
+}
+
+Loaders make_loaders(const Config& config, torch::Device device) {
+  const DataOptions& d = config.data;
+  STOKER_CHECK(d.type == "idx", "data.type '{}' is not known; use idx", d.type);
+  data::ImageSet train = data::load_idx_split(d.root, "train", d.num_classes);
+  data::ImageSet test = data::load_idx_split(d.root, "t10k", d.num_classes);
+  auto limit = [](data::ImageSet& set, int64_t n) {
+    if (n > 0 && n < set.size()) {
+      set.images = set.images.slice(0, 0, n).contiguous();
+      set.labels = set.labels.slice(0, 0, n).contiguous();
+    }
+  };
+  limit(train, d.train_limit);
+  limit(test, d.test_limit);
+  STOKER_CHECK(train.images.sizes().slice(1) == test.images.sizes().slice(1),
+               "{} has images of shape {} but {} has {}; the splits do not belong together",
+               train.source, fmt::join(train.images.sizes().slice(1), "x"), test.source,
+               fmt::join(test.images.sizes().slice(1), "x"));
+  Loaders loaders;
+  loaders.in_channels = train.images.size(1);
+
+  data::LoaderOptions train_options;
+  train_options.batch_size = d.batch_size;
+  train_options.shuffle = d.shuffle;
+  train_options.drop_last = d.drop_last;
+  train_options.seed = config.run.seed;
+  train_options.random_crop_padding = d.random_crop_padding;
+  train_options.horizontal_flip = d.horizontal_flip;
+  train_options.mean = d.mean;
+  train_options.std = d.std;
+  train_options.channels_last = config.train.channels_last;
+  train_options.device = device;
+
+  data::LoaderOptions test_options = train_options;
+  test_options.batch_size = d.eval_batch_size;
+  test_options.shuffle = false;
+  test_options.drop_last = false;
+  test_options.random_crop_padding = 0;
+  test_options.horizontal_flip = false;
+
+  loaders.train = std::make_shared<data::InMemoryLoader>(std::move(train), train_options);
+  loaders.test = std::make_shared<data::InMemoryLoader>(std::move(test), test_options);
+  return loaders;
+}
+
+fs::path create_run_dir(const RunOptions& run) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  const fs::path parent = fs::path(run.dir) / run.name;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  STOKER_CHECK(!ec, "cannot create the run directory {}: {}; set run.dir to a writable folder",
+               parent.string(), ec.message());
+  fs::path dir = parent / stamp;
+  for (int i = 2; fs::exists(dir); ++i) dir = parent / fmt::format("{}-{}", stamp, i);
+  fs::create_directory(dir, ec);
+  STOKER_CHECK(!ec, "cannot create the run directory {}: {}; set run.dir to a writable folder",
+               dir.string(), ec.message());
+  STOKER_CHECK(::access(dir.c_str(), W_OK) == 0,
+               "the run directory {} is not writable; set run.dir to a writable folder", dir.string());
+  return dir;
+}
+
+namespace {
+
+// The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.
+fs::path run_dir_of(const fs::path& checkpoint) {
+  const fs::path folder = checkpoint.parent_path();
+  return folder.filename() == "checkpoints" ? folder.parent_path() : folder;
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& request) {
+  const Config& config = request.config;
+  configure_threads(config.run.threads);
+  torch::manual_seed(config.run.seed);
+  const torch::Device device = resolve_device(config.run.device);
+
+  // Everything that can be checked is checked before the run directory is made.
+  Loaders loaders = make_loaders(config, device);
+  models::ModelSpec spec;
+  spec.type = config.model.type;
+  spec.widths = config.model.widths;
+  spec.blocks = config.model.blocks;
+  spec.dropout = config.model.dropout;
+  spec.in_channels = loaders.in_channels;
+  spec.num_classes = config.data.num_classes;
+  Trainer trainer(config, models::create_model(spec), loaders.train, loaders.test, device);
+  std::optional<fs::path> resume_from;
+  if (request.resume) resume_from = resolve_checkpoint(*request.resume);
+
+  TrainOutcome outcome;
+  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
+  STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
+               "the run directory {} is not writable", outcome.run_dir.string());
+  attach_log_file(outcome.run_dir / "train.log");
+
+  const std::string resolved = config_to_yaml(config);
+  if (resume_from) {
+    trainer.load_checkpoint(*resume_from);
+    logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
+                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
+    // Keep the first run's config; record the one this part ran with.
+    const fs::path first = outcome.run_dir / "config.yaml";
+    const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
+    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  } else {
+    write_file_atomically(outcome.run_dir / "config.yaml", resolved);
+  }
+  logger().debug("resolved config:\n{}", resolved);
+
+  size_t params = 0;
+  for (const auto& p : trainer.module().parameters()) params += p.numel();
+  logger().info("run directory: {}", outcome.run_dir.string());
+  logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
+                device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
+                torch::get_num_threads(), config.model.type, params / 1e6);
+  logger().info("data: {} training / {} test samples from {}; {} steps per epoch, {} epochs",
+                loaders.train->num_samples(), loaders.test->num_samples(), config.data.root,
+                trainer.steps_per_epoch(), config.train.epochs);
+
+  trainer.add_callback(std::make_shared<StopOnSignalCallback>());
+  trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
+                                                         request.live_progress));
+  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints"));
+
+  if (trainer.state().epoch >= config.train.epochs) {
+    logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
+                  trainer.state().epoch);
+  }
+  outcome.fit = trainer.fit();
+  outcome.state = trainer.state();
+  if (!outcome.fit.epochs.empty()) {
+    outcome.final_test = outcome.fit.epochs.back().test;
+  } else if (!outcome.fit.interrupted) {
+    outcome.final_test = trainer.evaluate();  // nothing left to train: report the model as it is
+  }
+  return outcome;
+}
+
+}  // namespace stoker

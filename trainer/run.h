@@ -1,0 +1,50 @@
+// A whole training run from a Config: device and threads, data, model, the run directory (resolved
+// config, log, metrics, checkpoints), the Trainer with its callbacks, resume, and the summary.
+// This is what `trainer --config ...` does; applications can call it too.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+#include "data/loader.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+struct TrainRequest {
+  Config config;
+  std::optional<std::filesystem::path> resume;  // a run directory or a checkpoint file
+  bool live_progress = false;                   // a redrawn bar (terminals) or plain lines
+};
+
+struct TrainOutcome {
+  std::filesystem::path run_dir;
+  FitResult fit;
+  TrainState state;  // where training stands at the end
+  EvalResult final_test;  // the last evaluation (of this call, or of the checkpoint resumed from)
+};
+
+TrainOutcome run_training(const TrainRequest& request);
+
+// "auto" picks CUDA when available, else the CPU; "cuda"/"cuda:N" without CUDA is an error.
+torch::Device resolve_device(const std::string& name);
+
+// Sets libtorch's intra-op thread count (0 = one per core) and a single inter-op thread.
+void configure_threads(int64_t threads);
+
+// The training and test loaders of the configured data set.
+struct Loaders {
+  std::shared_ptr<data::InMemoryLoader> train, test;
+  int64_t in_channels = 1;
+};
+Loaders make_loaders(const Config& config, torch::Device device);
+
+// Creates `<run.dir>/<run.name>/<timestamp>/` (never reusing an existing folder) and checks that
+// it is writable.
+std::filesystem::path create_run_dir(const RunOptions& run);
+
+}  // namespace stoker

@@ -1,0 +1,238 @@
+#include "trainer/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace stoker {
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Converts every 4-D parameter and buffer to channels-last in place.
+void to_channels_last(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
+}  // namespace
+
+// ---- set-up ---------------------------------------------------------------------------------------
+
+double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
+                    int64_t total) {
+  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (schedule.type == "constant") return base_lr;
+  // cosine from base_lr (first step after warm-up) down to base_lr * final_lr_ratio (last step).
+  const double span = std::max<int64_t>(1, total - warmup - 1);
+  const double t = std::min(1.0, static_cast<double>(step - warmup) / span);
+  const double floor = base_lr * schedule.final_lr_ratio;
+  return floor + (base_lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
+                                                        torch::nn::Module& model) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model.parameters()) {
+    if (!p.requires_grad()) continue;
+    (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
+  }
+  STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (o.type == "sgd") {
+    auto options = [&](double wd) {
+      return torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd);
+    };
+    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(options(o.weight_decay)));
+    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(options(0.0)));
+    return std::make_unique<torch::optim::SGD>(groups, options(o.weight_decay));
+  }
+  if (o.type == "adamw") {
+    auto options = [&](double wd) {
+      return torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(wd);
+    };
+    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
+    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+    return std::make_unique<torch::optim::AdamW>(groups, options(o.weight_decay));
+  }
+  STOKER_FAIL("optimizer.type '{}' is not known; use sgd or adamw", o.type);
+}
+
+Trainer::Trainer(Config config, torch::nn::AnyModule model,
+                 std::shared_ptr<data::InMemoryLoader> train,
+                 std::shared_ptr<data::InMemoryLoader> test, torch::Device device)
+    : config_(std::move(config)),
+      model_(std::move(model)),
+      train_(std::move(train)),
+      test_(std::move(test)),
+      device_(device) {
+  STOKER_CHECK(!model_.is_empty(), "Trainer needs a model");
+  STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training loader with batches");
+  STOKER_CHECK(test_ && test_->num_batches() > 0, "Trainer needs an evaluation loader with batches");
+  module().to(device_);
+  if (config_.train.channels_last) to_channels_last(module());
+  optimizer_ = make_optimizer(config_.optimizer, module());
+}
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  callbacks_.push_back(std::move(callback));
+}
+
+double Trainer::lr_at(int64_t step) const {
+  const auto warmup = static_cast<int64_t>(std::llround(config_.schedule.warmup_epochs *
+                                                        static_cast<double>(steps_per_epoch())));
+  return scheduled_lr(config_.schedule, config_.optimizer.lr, step, warmup, total_steps());
+}
+
+// ---- the steps ------------------------------------------------------------------------------------
+
+torch::Tensor Trainer::forward(const torch::Tensor& input) { return model_.forward(input); }
+
+torch::Tensor Trainer::compute_loss(const torch::Tensor& logits, const torch::Tensor& target) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits, target,
+                          F::CrossEntropyFuncOptions().label_smoothing(config_.train.label_smoothing));
+}
+
+void Trainer::backward(const torch::Tensor& loss) { loss.backward(); }
+
+void Trainer::optimizer_step() {
+  const double lr = lr_at(state_.step);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  if (config_.train.grad_clip_norm > 0) {
+    torch::nn::utils::clip_grad_norm_(module().parameters(), config_.train.grad_clip_norm);
+  }
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++state_.step;
+}
+
+torch::Tensor Trainer::train_step(const data::Batch& batch) {
+  torch::Tensor logits = forward(batch.input);
+  torch::Tensor loss = compute_loss(logits, batch.target);
+  backward(loss);
+  optimizer_step();
+  return loss.detach();
+}
+
+EvalResult Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  module().eval();
+  test_->set_epoch(0);
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
+  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().device(device_).dtype(torch::kInt64));
+  int64_t samples = 0;
+  for (int64_t b = 0; b < test_->num_batches(); ++b) {
+    const data::Batch batch = test_->batch(b);
+    const torch::Tensor logits = forward(batch.input);
+    loss_sum += torch::nn::functional::cross_entropy(
+        logits, batch.target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    correct += logits.argmax(1).eq(batch.target).sum();
+    samples += batch.size();
+  }
+  module().train();
+  EvalResult result;
+  result.samples = samples;
+  result.loss = loss_sum.item<double>() / static_cast<double>(samples);
+  result.top1 = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples);
+  return result;
+}
+
+// ---- the loop -------------------------------------------------------------------------------------
+
+FitResult Trainer::fit() {
+  FitResult result;
+  const double fit_start = now_s();
+  const int64_t batches = steps_per_epoch();
+  STOKER_CHECK(state_.batch_in_epoch >= 0 && state_.batch_in_epoch <= batches,
+               "cannot continue at batch {} of an epoch of {} batches; the checkpoint was made with "
+               "another data.batch_size or data set",
+               state_.batch_in_epoch, batches);
+  for (auto& cb : callbacks_) cb->on_fit_start(*this);
+
+  while (state_.epoch < config_.train.epochs) {
+    if (stop_requested_.load()) {
+      result.interrupted = true;
+      break;
+    }
+    const int64_t epoch = state_.epoch;
+    train_->set_epoch(epoch);
+    module().train();
+    for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
+
+    // Train on the rest of the epoch (all of it, unless resuming mid-epoch).
+    const double epoch_start = now_s();
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
+    int64_t loss_count = 0, samples = 0;
+    double data_seconds = 0;
+    for (int64_t b = state_.batch_in_epoch; b < batches; ++b) {
+      const double t0 = now_s();
+      const data::Batch batch = train_->batch(b);
+      const double t1 = now_s();
+      StepInfo info;
+      info.lr = lr_at(state_.step);
+      info.loss = train_step(batch);
+      state_.batch_in_epoch = b + 1;
+      loss_sum += info.loss;
+      ++loss_count;
+      samples += batch.size();
+      data_seconds += t1 - t0;
+
+      info.epoch = epoch;
+      info.batch = b;
+      info.batches = batches;
+      info.step = state_.step;
+      info.samples = batch.size();
+      info.data_seconds = t1 - t0;
+      info.step_seconds = now_s() - t0;
+      for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
+      if (stop_requested_.load() && b + 1 < batches) {
+        result.interrupted = true;
+        break;
+      }
+    }
+    if (result.interrupted) break;
+    const double train_seconds = now_s() - epoch_start;
+
+    EpochResult er;
+    er.epoch = epoch;
+    er.train_loss = loss_count ? loss_sum.item<double>() / static_cast<double>(loss_count) : NAN;
+    er.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
+    er.data_wait = train_seconds > 0 ? data_seconds / train_seconds : 0;
+    er.test = evaluate();
+    er.seconds = now_s() - epoch_start;
+    for (auto& cb : callbacks_) cb->on_validation_end(*this, er);
+    state_.epoch = epoch + 1;
+    state_.batch_in_epoch = 0;
+    for (auto& cb : callbacks_) cb->on_epoch_end(*this, er);
+    result.epochs.push_back(er);
+  }
+  result.seconds = now_s() - fit_start;
+  for (auto& cb : callbacks_) cb->on_fit_end(*this, result);
+  return result;
+}
+
+// ---- checkpoints ----------------------------------------------------------------------------------
+
+void Trainer::save_checkpoint(const std::filesystem::path& path) {
+  stoker::save_checkpoint(path, module(), *optimizer_, CheckpointContent{state_, config_to_yaml(config_)});
+}
+
+void Trainer::load_checkpoint(const std::filesystem::path& path) {
+  const CheckpointContent content = stoker::load_checkpoint(path, module(), optimizer_.get(), device_);
+  STOKER_CHECK(content.state.batch_in_epoch <= steps_per_epoch(),
+               "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
+               "with the data.batch_size and data set the run was started with",
+               path.string(), content.state.batch_in_epoch, steps_per_epoch());
+  state_ = content.state;
+}
+
+}  // namespace stoker

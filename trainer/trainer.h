@@ -1,0 +1,133 @@
+// The Trainer: the training loop, in one place, read top to bottom in trainer.cpp.
+//
+// It is built from parts handed to it (a model, a training and an evaluation loader, the config)
+// and exposes the steps (forward, compute_loss, backward, optimizer_step), the train_step shortcut,
+// evaluate() and fit(). Logging, progress, checkpoints and interruption live in callbacks.
+//
+//   stoker::Trainer trainer(config, model, train_loader, test_loader, device);
+//   trainer.add_callback(std::make_shared<MyCallback>());
+//   stoker::FitResult result = trainer.fit();
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/optim/optimizer.h>
+
+#include "data/loader.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+
+namespace stoker {
+
+// What one training step reports to callbacks.
+struct StepInfo {
+  int64_t epoch = 0;            // 0-based
+  int64_t batch = 0;            // 0-based index of the batch within the epoch
+  int64_t batches = 0;          // batches in the epoch
+  int64_t step = 0;             // optimizer steps taken so far, this one included
+  torch::Tensor loss;           // detached scalar; reading it synchronises with the device
+  int64_t samples = 0;          // samples in this step
+  double lr = 0;                // learning rate used for this step
+  double data_seconds = 0;      // host time spent waiting for the batch
+  double step_seconds = 0;      // host time of the whole step, data wait included
+};
+
+struct EvalResult {
+  double loss = 0;  // mean cross-entropy (no label smoothing)
+  double top1 = 0;  // fraction correct
+  int64_t samples = 0;
+};
+
+struct EpochResult {
+  int64_t epoch = 0;  // 0-based
+  double train_loss = 0;
+  EvalResult test;
+  double seconds = 0;
+  double samples_per_s = 0;
+  double data_wait = 0;  // share of the epoch's training time spent waiting for data
+};
+
+struct FitResult {
+  std::vector<EpochResult> epochs;  // the epochs finished in this call
+  bool interrupted = false;         // stopped by request before the last epoch ended
+  double seconds = 0;
+};
+
+class Trainer;
+
+// Hooks into the loop. Each defaults to nothing.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_fit_start(Trainer&) {}
+  virtual void on_epoch_start(Trainer&, int64_t /*epoch*/) {}
+  virtual void on_train_step_end(Trainer&, const StepInfo&) {}
+  virtual void on_validation_end(Trainer&, const EpochResult&) {}
+  virtual void on_epoch_end(Trainer&, const EpochResult&) {}
+  virtual void on_fit_end(Trainer&, const FitResult&) {}
+};
+
+class Trainer {
+ public:
+  Trainer(Config config, torch::nn::AnyModule model, std::shared_ptr<data::InMemoryLoader> train,
+          std::shared_ptr<data::InMemoryLoader> test, torch::Device device);
+
+  void add_callback(std::shared_ptr<Callback> callback);
+
+  // ---- the steps ----
+  torch::Tensor forward(const torch::Tensor& input);
+  torch::Tensor compute_loss(const torch::Tensor& logits, const torch::Tensor& target);
+  void backward(const torch::Tensor& loss);
+  // Sets the scheduled learning rate, clips, steps the optimizer, clears gradients.
+  void optimizer_step();
+  // forward + loss + backward + optimizer_step on one batch; returns the detached loss.
+  torch::Tensor train_step(const data::Batch& batch);
+
+  EvalResult evaluate();
+  // Trains from state() to the last epoch, evaluating after each epoch.
+  FitResult fit();
+  // Asks fit() to stop after the current step (safe from a signal handler or another thread).
+  void request_stop() { stop_requested_.store(true); }
+
+  // ---- checkpoints ----
+  void save_checkpoint(const std::filesystem::path& path);
+  // Restores model, optimizer, RNG state and state() from a checkpoint.
+  void load_checkpoint(const std::filesystem::path& path);
+
+  // ---- access ----
+  const Config& config() const { return config_; }
+  TrainState& state() { return state_; }
+  torch::nn::Module& module() { return *model_.ptr(); }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  torch::Device device() const { return device_; }
+  int64_t steps_per_epoch() const { return train_->num_batches(); }
+  int64_t total_steps() const { return steps_per_epoch() * config_.train.epochs; }
+  // The learning rate for optimizer step `step` (0-based) under the configured schedule.
+  double lr_at(int64_t step) const;
+
+ private:
+  Config config_;
+  torch::nn::AnyModule model_;
+  std::shared_ptr<data::InMemoryLoader> train_, test_;
+  torch::Device device_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  TrainState state_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+// The learning rate at optimizer step `step` (0-based) of `total` steps: linear warm-up over
+// `warmup` steps to `base_lr`, then constant or cosine down to base_lr * final_lr_ratio.
+double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
+                    int64_t total);
+
+// Builds the configured optimizer over `model`'s parameters, with weight decay off for 1-D
+// parameters (norm weights, biases) unless optimizer.decay_norm_and_bias is set.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        torch::nn::Module& model);
+
+}  // namespace stoker
