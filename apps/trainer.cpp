@@ -3,6 +3,7 @@
 //
 //   trainer [train] --config configs/fashion_mnist.yaml [--set key.path=value]... [--resume RUN]
 //   trainer --config configs/fashion_mnist.yaml --print-config
+//   trainer bench-data --config configs/fashion_mnist.yaml [--batches N] [--split train|test]
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/torch.h>
 
 #include "common/error.h"
 #include "trainer/callbacks.h"
@@ -24,8 +26,11 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage: trainer [train] --config FILE [options]
+       trainer bench-data --config FILE [--set ...] [--batches N] [--split train|test]
 
-Trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml.
+train (the default) trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml.
+bench-data runs the recipe's data pipeline alone, without a model, and reports samples/s, the
+time of each stage and the CPU it used.
 
 options:
   --config FILE          the recipe (required)
@@ -33,13 +38,18 @@ options:
   --resume RUN           continue a run: its directory (runs/<name>/<time>) or a checkpoint file
   --print-config         print the resolved config and exit
   --progress MODE        auto (a live bar on a terminal), bar, or lines
+  --batches N            bench-data: batches to time (default 200, after 5 warm-up batches)
+  --split train|test     bench-data: which loader to time (default train)
   -h, --help             this text
 
 exit status: 0 done, 1 error, 2 bad command line, 130 stopped by a signal (resume with --resume)
 )";
 
 struct Args {
+  std::string command = "train";
   std::string config;
+  int64_t batches = 200;
+  std::string split = "train";
   std::vector<std::string> overrides;
   std::optional<std::string> resume;
   bool print_config = false;
@@ -54,7 +64,7 @@ Args parse_args(int argc, char** argv) {
   Args args;
   std::vector<std::string> a(argv + 1, argv + argc);
   size_t i = 0;
-  if (i < a.size() && a[i] == "train") ++i;
+  if (i < a.size() && (a[i] == "train" || a[i] == "bench-data")) args.command = a[i++];
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= a.size()) throw UsageError(flag + " needs a value");
     return a[++i];
@@ -74,6 +84,17 @@ Args parse_args(int argc, char** argv) {
       args.overrides.push_back(arg.substr(6));
     } else if (arg == "--resume") {
       args.resume = value(arg);
+    } else if (arg == "--batches") {
+      const std::string v = value(arg);
+      try {
+        args.batches = std::stoll(v);
+      } catch (const std::exception&) {
+        args.batches = 0;
+      }
+      if (args.batches <= 0) throw UsageError("--batches takes a positive number, not '" + v + "'");
+    } else if (arg == "--split") {
+      args.split = value(arg);
+      if (args.split != "train" && args.split != "test") throw UsageError("--split takes train or test");
     } else if (arg == "--print-config") {
       args.print_config = true;
     } else if (arg == "--progress") {
@@ -89,6 +110,45 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
+int bench_data(const Args& args, const stoker::Config& config) {
+  const torch::Device device = stoker::resolve_device(config.run.device);
+  stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
+  stoker::Loaders loaders = stoker::make_loaders(config, device);
+  stoker::data::Loader& loader = args.split == "train" ? *loaders.train : *loaders.test;
+  auto& log = stoker::logger();
+  log.info("bench-data: {} ({} split: {}, {}x{}x{}, batch {}, {} worker(s), device {})", args.config,
+           args.split, config.data.type, loader.out_height(), loader.out_width(), loader.channels(),
+           loader.options().batch_size, config.data.workers, device.str());
+  const stoker::data::DataBenchResult r = stoker::data::bench_loader(loader, args.batches);
+  const double n = static_cast<double>(std::max<int64_t>(1, r.samples));
+  const double cores = r.seconds > 0 ? r.cpu_seconds / r.seconds : 0;
+  std::printf("samples/s          %10.1f   (%lld batches, %lld samples in %.2f s)\n", r.samples_per_s,
+              (long long)r.batches, (long long)r.samples, r.seconds);
+  std::printf("CPU in use         %10.2f   cores (user + system time / wall time)\n", cores);
+  std::printf("samples/s per core %10.1f\n", cores > 0 ? r.samples_per_s / cores : 0.0);
+  std::printf("stage              us/sample (CPU time, summed over workers)\n");
+  std::printf("  read             %10.1f\n", 1e6 * r.stages.read / n);
+  std::printf("  decode           %10.1f\n", 1e6 * r.stages.decode / n);
+  std::printf("  transform        %10.1f   (crop/resize/flip, written into the batch slot)\n", 1e6 * r.stages.transform / n);
+  std::printf("  copy + convert   %10.1f   (to the device, uint8 -> normalised float; caller)\n", 1e6 * r.stages.copy / n);
+  std::printf("  wait             %10.1f   (caller blocked waiting for workers)\n", 1e6 * r.stages.wait / n);
+  if (r.stages.bad_samples > 0) std::printf("bad samples skipped: %lld\n", (long long)r.stages.bad_samples);
+  std::printf("%s\n", stoker::JsonLine()
+                          .add("samples_per_s", r.samples_per_s)
+                          .add("cpu_cores", cores)
+                          .add("samples_per_s_per_core", cores > 0 ? r.samples_per_s / cores : 0.0)
+                          .add("read_us", 1e6 * r.stages.read / n)
+                          .add("decode_us", 1e6 * r.stages.decode / n)
+                          .add("transform_us", 1e6 * r.stages.transform / n)
+                          .add("copy_us", 1e6 * r.stages.copy / n)
+                          .add("wait_us", 1e6 * r.stages.wait / n)
+                          .add("workers", config.data.workers)
+                          .add("batch_size", loader.options().batch_size)
+                          .str()
+                          .c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   stoker::Config config = stoker::load_config(args.config, args.overrides);
@@ -96,6 +156,7 @@ int run(int argc, char** argv) {
     std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
     return 0;
   }
+  if (args.command == "bench-data") return bench_data(args, config);
   stoker::TrainRequest request;
   request.config = config;
   if (args.resume) request.resume = *args.resume;

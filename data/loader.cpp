@@ -1,12 +1,53 @@
 #include "data/loader.h"
 
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+#include <opencv2/core.hpp>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
 
+#ifdef STOKER_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace stoker::data {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The samples of `epoch` for shard `rank` of `count`: a permutation of 0..n-1 that depends only on
+// (seed, epoch), of which the shard takes every count-th entry.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t rank,
+                                 int64_t count) {
+  std::vector<int64_t> all(n);
+  for (int64_t i = 0; i < n; ++i) all[i] = i;
+  if (shuffle) {
+    uint64_t state = mix_seed(seed, 0x5348554646ull /* "SHUFF" */, static_cast<uint64_t>(epoch));
+    for (int64_t i = n - 1; i > 0; --i) {
+      state = mix_seed(state, static_cast<uint64_t>(i));
+      std::swap(all[i], all[static_cast<int64_t>(state % static_cast<uint64_t>(i + 1))]);
+    }
+  }
+  if (count == 1) return all;
+  std::vector<int64_t> mine;
+  for (int64_t i = rank; i < n; i += count) mine.push_back(all[i]);
+  return mine;
+}
+
+}  // namespace
 
 uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b) {
   auto splitmix = [](uint64_t x) {
@@ -18,113 +59,458 @@ uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b) {
   return splitmix(splitmix(splitmix(seed) ^ a) ^ b);
 }
 
-InMemoryLoader::InMemoryLoader(ImageSet set, LoaderOptions options)
-    : set_(std::move(set)), options_(std::move(options)) {
-  STOKER_CHECK(set_.images.defined() && set_.images.dim() == 4 &&
-                   set_.images.scalar_type() == torch::kUInt8 && set_.images.is_contiguous(),
-               "{}: expected contiguous uint8 images [N, C, H, W]", set_.source);
-  STOKER_CHECK(set_.labels.size(0) == set_.images.size(0), "{}: {} images but {} labels",
-               set_.source, set_.images.size(0), set_.labels.size(0));
-  STOKER_CHECK(options_.batch_size > 0, "batch size must be positive, got {}", options_.batch_size);
-  STOKER_CHECK(set_.size() > 0, "{}: the data set is empty", set_.source);
-  const int64_t channels = set_.images.size(1);
-  STOKER_CHECK(static_cast<int64_t>(options_.mean.size()) == channels &&
-                   static_cast<int64_t>(options_.std.size()) == channels,
-               "{}: images have {} channel(s) but normalisation has {} mean and {} std values; give "
-               "one per channel",
-               set_.source, channels, options_.mean.size(), options_.std.size());
-  std::vector<float> mean, inv_std;
-  for (int64_t c = 0; c < channels; ++c) {
-    STOKER_CHECK(options_.std[c] > 0, "normalisation std[{}] must be positive, got {}", c,
-                 options_.std[c]);
-    // Inputs are uint8 0..255; fold the 1/255 into the affine transform.
-    mean.push_back(static_cast<float>(options_.mean[c] * 255.0));
-    inv_std.push_back(static_cast<float>(1.0 / (options_.std[c] * 255.0)));
+// A reusable batch buffer: uint8 images [B, H, W, C] and int64 labels [B], pinned for CUDA.
+struct Loader::HostBatch {
+  torch::Tensor images, labels;
+  int64_t index = -1, count = 0;
+  uint64_t generation = 0;
+  std::exception_ptr error;
+};
+
+// A batch whose copy to the GPU has been started on the side stream.
+struct Loader::InFlight {
+  HostBatch* host = nullptr;
+  torch::Tensor images, labels;  // on the device
+#ifdef STOKER_WITH_CUDA
+  at::cuda::CUDAEvent copied;
+#endif
+};
+
+// ---- set-up ---------------------------------------------------------------------------------------------
+
+Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  const LoaderOptions& o = options_;
+  STOKER_CHECK(dataset_ != nullptr && dataset_->size() > 0, "the data set is empty");
+  STOKER_CHECK(o.batch_size > 0, "data.batch_size must be positive, got {}", o.batch_size);
+  STOKER_CHECK(o.workers >= 0 && o.prefetch_factor >= 1 && o.device_prefetch >= 1,
+               "data.workers must be >= 0, data.prefetch_factor and data.device_prefetch >= 1");
+  STOKER_CHECK(o.shard_count >= 1 && o.shard_rank >= 0 && o.shard_rank < o.shard_count,
+               "shard rank {} of {} is out of range", o.shard_rank, o.shard_count);
+  if (!options_.warn) options_.warn = [](const std::string& m) { spdlog::warn("{}", m); };
+  pipeline_ = TransformPipeline(o.transforms);
+  channels_ = dataset_->channels();
+  if (dataset_->height() > 0) {
+    std::tie(out_height_, out_width_) = pipeline_.output_size(dataset_->height(), dataset_->width());
+  } else {
+    STOKER_CHECK(pipeline_.fixed_output(),
+                 "{}: images differ in size, so the transforms must end in a fixed-size crop "
+                 "(random_resized_crop, center_crop or random_crop) to make equal batch slots",
+                 dataset_->describe(0));
+    std::tie(out_height_, out_width_) = pipeline_.output_size(100, 100);
   }
-  mean_ = torch::tensor(mean).view({1, channels, 1, 1}).to(options_.device);
-  inv_std_ = torch::tensor(inv_std).view({1, channels, 1, 1}).to(options_.device);
-  STOKER_CHECK(!options_.drop_last || set_.size() >= options_.batch_size,
-               "{}: {} samples are fewer than one batch of {} with drop_last; lower the batch size",
-               set_.source, set_.size(), options_.batch_size);
-  set_epoch(0);
+  STOKER_CHECK(out_height_ > 0 && out_width_ > 0, "the transforms produce an empty image");
+  STOKER_CHECK(static_cast<int64_t>(o.mean.size()) == channels_ && static_cast<int64_t>(o.std.size()) == channels_,
+               "images have {} channel(s) but normalisation has {} mean and {} std values; give one "
+               "per channel",
+               channels_, o.mean.size(), o.std.size());
+  const int64_t n = dataset_->size();
+  shard_size_ = static_cast<size_t>((n - o.shard_rank + o.shard_count - 1) / o.shard_count);
+  STOKER_CHECK(!o.drop_last || static_cast<int64_t>(shard_size_) >= o.batch_size,
+               "{} samples are fewer than one batch of {} with drop_last; lower the batch size",
+               shard_size_, o.batch_size);
+
+  std::vector<float> mean, inv_std;
+  for (int64_t c = 0; c < channels_; ++c) {
+    STOKER_CHECK(o.std[c] > 0, "normalisation std[{}] must be positive, got {}", c, o.std[c]);
+    mean.push_back(static_cast<float>(o.mean[c] * 255.0));
+    inv_std.push_back(static_cast<float>(1.0 / (o.std[c] * 255.0)));
+  }
+  mean_ = torch::tensor(mean).view({1, channels_, 1, 1}).to(o.device);
+  inv_std_ = torch::tensor(inv_std).view({1, channels_, 1, 1}).to(o.device);
+
+  // Buffers: the workers' window, the device prefetcher's, and one being handed out.
+  pinned_ = o.device.is_cuda() && o.pin_memory;
+  const bool prefetching = o.device.is_cuda();
+  const int64_t count = std::max<int64_t>(1, o.workers) * o.prefetch_factor +
+                        (prefetching ? o.device_prefetch : 0) + 1;
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned_);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned_);
+  for (int64_t i = 0; i < count; ++i) {
+    auto b = std::make_unique<HostBatch>();
+    b->images = torch::empty({o.batch_size, out_height_, out_width_, channels_}, u8);
+    b->labels = torch::empty({o.batch_size}, i64);
+    free_.push_back(b.get());
+    buffers_.push_back(std::move(b));
+  }
+  // Workers run their own OpenCV calls single-threaded: the parallelism is the workers.
+  if (o.workers > 0) cv::setNumThreads(0);
+  worker_next_.assign(static_cast<size_t>(o.workers), 0);
+  start_epoch(0);
+  for (int64_t w = 0; w < o.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 
-int64_t InMemoryLoader::num_batches() const {
-  const int64_t n = set_.size(), b = options_.batch_size;
+Loader::~Loader() { stop_workers(); }
+
+void Loader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  ready_cv_.notify_all();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+#ifdef STOKER_WITH_CUDA
+  for (auto& f : in_flight_) f->copied.synchronize();
+#endif
+  in_flight_.clear();
+}
+
+int64_t Loader::num_batches() const {
+  const auto n = static_cast<int64_t>(shard_size_), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
-void InMemoryLoader::set_epoch(int64_t epoch) {
-  epoch_ = epoch;
-  order_.resize(set_.size());
-  for (int64_t i = 0; i < set_.size(); ++i) order_[i] = i;
-  if (!options_.shuffle) return;
-  // Fisher-Yates with our own generator: the order depends only on (seed, epoch).
-  uint64_t state = mix_seed(options_.seed, 0x5348554646ull /* "SHUFF" */, epoch);
-  for (int64_t i = set_.size() - 1; i > 0; --i) {
-    state = mix_seed(state, i);
-    const int64_t j = static_cast<int64_t>(state % static_cast<uint64_t>(i + 1));
-    std::swap(order_[i], order_[j]);
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  STOKER_CHECK(first_batch >= 0 && first_batch <= num_batches(),
+               "cannot start at batch {} of an epoch of {} batches", first_batch, num_batches());
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++generation_;
+  for (auto& [index, batch] : ready_) free_.push_back(batch);
+  ready_.clear();
+#ifdef STOKER_WITH_CUDA
+  for (auto& f : in_flight_) {
+    f->copied.synchronize();
+    free_.push_back(f->host);
   }
+#endif
+  in_flight_.clear();
+  epoch_ = epoch;
+  order_ = std::make_shared<const std::vector<int64_t>>(
+      epoch_order(dataset_->size(), options_.seed, epoch, options_.shuffle, options_.shard_rank,
+                  options_.shard_count));
+  end_batch_ = num_batches();
+  next_batch_ = first_batch;
+  for (size_t w = 0; w < worker_next_.size(); ++w) worker_next_[w] = first_batch + static_cast<int64_t>(w);
+  work_cv_.notify_all();
 }
 
-void InMemoryLoader::augment_into(int64_t sample, int64_t slot, uint8_t* out) const {
-  const int64_t c = set_.images.size(1), h = set_.images.size(2), w = set_.images.size(3);
-  const uint8_t* src = set_.images.data_ptr<uint8_t>() + sample * c * h * w;
-  uint8_t* dst = out + slot * c * h * w;
-  const int64_t pad = options_.random_crop_padding;
-  if (pad == 0 && !options_.horizontal_flip) {
-    std::memcpy(dst, src, c * h * w);
-    return;
+// ---- building batches --------------------------------------------------------------------------------------
+
+void Loader::load_sample(int64_t sample, uint8_t* slot, int64_t& label, uint64_t seed) {
+  thread_local RawSample raw;
+  thread_local Image decoded;
+  const int64_t t0 = now_ns();
+  dataset_->read(sample, raw);
+  const int64_t t1 = now_ns();
+  label = raw.label;
+  SampleRng rng(seed);
+  SamplePlan plan;
+  int64_t t2 = t1;
+  if (raw.encoded) {
+    const std::string name = dataset_->describe(sample);
+    const ImageInfo info = probe_image(raw.bytes.data(), raw.bytes.size(), name);
+    plan = pipeline_.plan(info.height, info.width, rng);
+    const Region have = needed_region(plan, info.height, info.width);
+    if (have.width > 0 && have.height > 0) {
+      DecodeOptions d;
+      d.region = have;
+      d.channels = static_cast<int>(channels_);
+      // Decode at the smallest DCT scale that still leaves at least the output resolution.
+      d.min_width = static_cast<int64_t>(std::ceil(double(plan.out_width) * have.width / plan.region.width));
+      d.min_height = static_cast<int64_t>(std::ceil(double(plan.out_height) * have.height / plan.region.height));
+      decode_image(raw.bytes.data(), raw.bytes.size(), d, decoded, name);
+    }
+    t2 = now_ns();
+    STOKER_CHECK(plan.out_height == out_height_ && plan.out_width == out_width_,
+                 "{}: the transforms give {}x{} but batch slots are {}x{}", name, plan.out_height,
+                 plan.out_width, out_height_, out_width_);
+    if (have.width > 0 && have.height > 0) {
+      apply_plan(decoded, have, plan, slot);
+    } else {
+      std::memset(slot, 0, static_cast<size_t>(out_height_ * out_width_ * channels_));
+    }
+  } else {
+    const Image& im = raw.image;
+    STOKER_CHECK(im.channels == channels_, "{}: {} channel(s), expected {}", dataset_->describe(sample),
+                 im.channels, channels_);
+    plan = pipeline_.plan(im.height, im.width, rng);
+    STOKER_CHECK(plan.out_height == out_height_ && plan.out_width == out_width_,
+                 "{}: the transforms give {}x{} but batch slots are {}x{}", dataset_->describe(sample),
+                 plan.out_height, plan.out_width, out_height_, out_width_);
+    apply_plan(im, Region{0, 0, im.width, im.height}, plan, slot);
   }
-  // Per-sample randomness from (seed, epoch, sample).
-  const uint64_t r = mix_seed(options_.seed, static_cast<uint64_t>(epoch_) + 1, sample);
-  const int64_t dy = pad ? static_cast<int64_t>(r % (2 * pad + 1)) - pad : 0;
-  const int64_t dx = pad ? static_cast<int64_t>((r >> 16) % (2 * pad + 1)) - pad : 0;
-  const bool flip = options_.horizontal_flip && ((r >> 40) & 1);
-  // Output pixel (y, x) reads source (y + dy, x' + dx) where x' is x or its mirror; outside is 0.
-  for (int64_t ch = 0; ch < c; ++ch) {
-    for (int64_t y = 0; y < h; ++y) {
-      uint8_t* row = dst + (ch * h + y) * w;
-      const int64_t sy = y + dy;
-      if (sy < 0 || sy >= h) {
-        std::memset(row, 0, w);
-        continue;
-      }
-      const uint8_t* srow = src + (ch * h + sy) * w;
-      for (int64_t x = 0; x < w; ++x) {
-        const int64_t sx = (flip ? (w - 1 - x) : x) + dx;
-        row[x] = (sx >= 0 && sx < w) ? srow[sx] : 0;
-      }
+  const int64_t t3 = now_ns();
+  read_ns_ += t1 - t0;
+  decode_ns_ += t2 - t1;
+  transform_ns_ += t3 - t2;
+}
+
+void Loader::fill_sample(int64_t sample, uint8_t* slot, int64_t& label, uint64_t seed) {
+  try {
+    load_sample(sample, slot, label, seed);
+    return;
+  } catch (const Error& e) {
+    if (!options_.skip_bad_samples) throw;
+    ++bad_count_;
+    {
+      std::lock_guard<std::mutex> lock(bad_mutex_);
+      bad_names_.push_back(dataset_->describe(sample));
+    }
+    options_.warn(fmt::format("skipping bad sample {}: {}", sample, e.what()));
+  }
+  // Replace it with another sample, chosen deterministically, so that the batch stays full.
+  const int64_t n = dataset_->size();
+  for (int64_t k = 1; k <= 16; ++k) {
+    const int64_t other = (sample + k * 7919) % n;
+    try {
+      load_sample(other, slot, label, mix_seed(seed, static_cast<uint64_t>(k)));
+      return;
+    } catch (const Error&) {
+    }
+  }
+  STOKER_FAIL("sample {} ({}) and 16 replacements could not be read; is the data set damaged?", sample,
+              dataset_->describe(sample));
+}
+
+void Loader::fill(HostBatch& batch, int64_t epoch, int64_t index, const std::vector<int64_t>& order) {
+  const int64_t begin = index * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
+  batch.index = index;
+  batch.count = end - begin;
+  batch.error = nullptr;
+  uint8_t* images = batch.images.data_ptr<uint8_t>();
+  int64_t* labels = batch.labels.data_ptr<int64_t>();
+  const int64_t slot_bytes = out_height_ * out_width_ * channels_;
+  for (int64_t slot = 0; slot < batch.count; ++slot) {
+    const int64_t sample = order[begin + slot];
+    const uint64_t seed = mix_seed(options_.seed, static_cast<uint64_t>(epoch) + 1, static_cast<uint64_t>(sample));
+    try {
+      fill_sample(sample, images + slot * slot_bytes, labels[slot], seed);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("data loading failed at batch {}, sample {} ({}): {}", index, sample,
+                              dataset_->describe(sample), e.what()));
     }
   }
 }
 
-Batch InMemoryLoader::batch(int64_t index) const {
-  STOKER_CHECK(index >= 0 && index < num_batches(), "batch index {} out of range [0, {})", index,
-               num_batches());
-  const int64_t begin = index * options_.batch_size;
-  const int64_t end = std::min(begin + options_.batch_size, set_.size());
-  const int64_t b = end - begin;
-  const auto& im = set_.images;
-  torch::Tensor input = torch::empty({b, im.size(1), im.size(2), im.size(3)}, torch::kUInt8);
-  torch::Tensor target = torch::empty({b}, torch::kInt64);
-  uint8_t* out = input.data_ptr<uint8_t>();
-  int64_t* tgt = target.data_ptr<int64_t>();
-  const int64_t* labels = set_.labels.data_ptr<int64_t>();
-  for (int64_t slot = 0; slot < b; ++slot) {
-    const int64_t sample = order_[begin + slot];
-    augment_into(sample, slot, out);
-    tgt[slot] = labels[sample];
+void Loader::worker_loop(int64_t worker) {
+  const int64_t workers = options_.workers;
+  const int64_t window = workers * options_.prefetch_factor;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_cv_.wait(lock, [&] {
+      const int64_t b = worker_next_[worker];
+      return stopping_ || (b < end_batch_ && b < next_batch_ + window && !free_.empty());
+    });
+    if (stopping_) return;
+    const int64_t index = worker_next_[worker];
+    worker_next_[worker] += workers;
+    HostBatch* batch = free_.back();
+    free_.pop_back();
+    const uint64_t generation = generation_;
+    const int64_t epoch = epoch_;
+    const auto order = order_;
+    lock.unlock();
+    try {
+      fill(*batch, epoch, index, *order);
+    } catch (...) {
+      batch->error = std::current_exception();
+    }
+    batch->generation = generation;
+    lock.lock();
+    if (generation != generation_) {  // the epoch was restarted meanwhile
+      free_.push_back(batch);
+      work_cv_.notify_all();
+      continue;
+    }
+    ready_[index] = batch;
+    ready_cv_.notify_all();
   }
-  Batch batch;
-  // uint8 to the device, float conversion and normalisation there.
-  batch.input = input.to(options_.device).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
-  if (options_.channels_last) {
-    batch.input = batch.input.contiguous(torch::MemoryFormat::ChannelsLast);
+}
+
+Loader::HostBatch* Loader::take_ready_batch() {
+  HostBatch* batch = nullptr;
+  if (options_.workers == 0) {
+    int64_t index;
+    std::shared_ptr<const std::vector<int64_t>> order;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      batch = free_.back();
+      free_.pop_back();
+      index = next_batch_++;
+      order = order_;
+    }
+    try {
+      fill(*batch, epoch_, index, *order);
+    } catch (...) {
+      batch->error = std::current_exception();
+    }
+    return batch;
   }
-  batch.target = target.to(options_.device);
+  const int64_t t0 = now_ns();
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_cv_.wait(lock, [&] { return stopping_ || ready_.count(next_batch_) > 0; });
+  STOKER_CHECK(!stopping_, "the loader is shutting down");
+  batch = ready_[next_batch_];
+  ready_.erase(next_batch_);
+  ++next_batch_;
+  lock.unlock();
+  work_cv_.notify_all();
+  wait_ns_ += now_ns() - t0;
   return batch;
+}
+
+void Loader::release(HostBatch* batch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(batch);
+  }
+  work_cv_.notify_all();
+}
+
+// ---- to the device -----------------------------------------------------------------------------------------
+
+Batch Loader::to_device(HostBatch& host) {
+  const int64_t t0 = now_ns();
+  torch::Tensor images = host.images.narrow(0, 0, host.count);
+  torch::Tensor labels = host.labels.narrow(0, 0, host.count);
+  Batch batch;
+  batch.index = host.index;
+  // NHWC uint8 viewed as NCHW is channels-last; the float conversion keeps that layout.
+  torch::Tensor input = images.to(options_.device, /*non_blocking=*/pinned_).permute({0, 3, 1, 2});
+  batch.input = input.to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
+  if (!options_.channels_last) batch.input = batch.input.contiguous();
+  // The host buffer is reused: the labels must not alias it.
+  batch.target = options_.device.is_cpu() ? labels.clone() : labels.to(options_.device, pinned_);
+  copy_ns_ += now_ns() - t0;
+  samples_ += host.count;
+  ++batches_;
+  return batch;
+}
+
+std::optional<Batch> Loader::next() {
+  auto rethrow_if_failed = [this](HostBatch* b) {
+    if (!b->error) return;
+    std::exception_ptr error = b->error;
+    b->error = nullptr;
+    release(b);
+    std::rethrow_exception(error);
+  };
+#ifdef STOKER_WITH_CUDA
+  if (options_.device.is_cuda()) {
+    // Keep `device_prefetch` copies in flight on the side stream, then hand out the oldest.
+    static thread_local std::optional<c10::cuda::CUDAStream> side;
+    if (!side || side->device_index() != options_.device.index()) {
+      side = c10::cuda::getStreamFromPool(false, options_.device.index());
+    }
+    while (static_cast<int64_t>(in_flight_.size()) < options_.device_prefetch && next_batch_ < end_batch_) {
+      HostBatch* host = take_ready_batch();
+      rethrow_if_failed(host);
+      const int64_t t0 = now_ns();
+      auto f = std::make_unique<InFlight>();
+      f->host = host;
+      {
+        c10::cuda::CUDAStreamGuard guard(*side);
+        f->images = host->images.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
+        f->labels = host->labels.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
+        f->copied.record(*side);
+      }
+      copy_ns_ += now_ns() - t0;
+      in_flight_.push_back(std::move(f));
+    }
+    if (in_flight_.empty()) return std::nullopt;
+    std::unique_ptr<InFlight> f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    const int64_t t0 = now_ns();
+    auto compute = c10::cuda::getCurrentCUDAStream(options_.device.index());
+    f->copied.block(compute);                 // compute waits for the copy, on the GPU
+    f->images.record_stream(compute);         // allocated on the side stream, used on this one
+    f->labels.record_stream(compute);
+    f->copied.synchronize();                  // the host buffer is free once its copy is done
+    const int64_t index = f->host->index, count = f->host->count;
+    release(f->host);
+    Batch batch;
+    batch.index = index;
+    batch.input = f->images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
+    if (!options_.channels_last) batch.input = batch.input.contiguous();
+    batch.target = f->labels;
+    copy_ns_ += now_ns() - t0;
+    samples_ += count;
+    ++batches_;
+    return batch;
+  }
+#endif
+  if (next_batch_ >= end_batch_) return std::nullopt;
+  HostBatch* host = take_ready_batch();
+  rethrow_if_failed(host);
+  Batch batch = to_device(*host);
+  release(host);
+  return batch;
+}
+
+std::pair<torch::Tensor, torch::Tensor> Loader::build_host_batch(int64_t epoch, int64_t index) {
+  HostBatch batch;
+  batch.images = torch::empty({options_.batch_size, out_height_, out_width_, channels_}, torch::kUInt8);
+  batch.labels = torch::empty({options_.batch_size}, torch::kInt64);
+  // A private order for `epoch`, not the one being served.
+  const auto order = epoch_order(dataset_->size(), options_.seed, epoch, options_.shuffle,
+                                 options_.shard_rank, options_.shard_count);
+  fill(batch, epoch, index, order);
+  return {batch.images.narrow(0, 0, batch.count), batch.labels.narrow(0, 0, batch.count)};
+}
+
+StageTimes Loader::take_times() {
+  StageTimes t;
+  t.read = read_ns_.exchange(0) * 1e-9;
+  t.decode = decode_ns_.exchange(0) * 1e-9;
+  t.transform = transform_ns_.exchange(0) * 1e-9;
+  t.bad_samples = bad_count_.exchange(0);
+  t.wait = wait_ns_ * 1e-9;
+  t.copy = copy_ns_ * 1e-9;
+  t.samples = samples_;
+  t.batches = batches_;
+  wait_ns_ = copy_ns_ = samples_ = batches_ = 0;
+  return t;
+}
+
+std::vector<std::string> Loader::bad_samples() const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  return bad_names_;
+}
+
+// ---- measuring -------------------------------------------------------------------------------------------
+
+namespace {
+double cpu_seconds_now() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto secs = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+}  // namespace
+
+DataBenchResult bench_loader(Loader& loader, int64_t batches, int64_t warmup) {
+  int64_t epoch = 0;
+  loader.start_epoch(epoch);
+  auto next = [&]() {
+    std::optional<Batch> b = loader.next();
+    if (!b) {
+      loader.start_epoch(++epoch);
+      b = loader.next();
+    }
+    STOKER_CHECK(b.has_value(), "the loader produced no batch");
+    return *b;
+  };
+  for (int64_t i = 0; i < warmup; ++i) (void)next();
+  loader.take_times();
+  DataBenchResult r;
+  const double cpu0 = cpu_seconds_now();
+  const int64_t t0 = now_ns();
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch b = next();
+    r.samples += b.size();
+    ++r.batches;
+  }
+  if (loader.options().device.is_cuda()) torch::cuda::synchronize();
+  r.seconds = (now_ns() - t0) * 1e-9;
+  r.cpu_seconds = cpu_seconds_now() - cpu0;
+  r.samples_per_s = r.seconds > 0 ? r.samples / r.seconds : 0;
+  r.stages = loader.take_times();
+  return r;
 }
 
 }  // namespace stoker::data

@@ -1,16 +1,35 @@
-// The batch loader for in-memory image sets (IDX today): shuffles each epoch from the seed,
-// augments on uint8 (random crop with zero padding, horizontal flip), copies the uint8 batch to the
-// training device and only there converts it to normalised float (4x fewer bytes over the bus).
-// Randomness is a pure function of (seed, epoch, sample index), so batch b of epoch e is the same
-// whether it is built first or after a resume.
+// The batch loader: the data pipeline from a Dataset to a normalised float batch on the device.
+//
+//   read (Dataset::read) -> decode (JPEG/PNG; only the planned region, scaled where it can)
+//   -> transform (crop/resize/flip on uint8, written straight into the sample's slot of a batch buffer)
+//   -> [device prefetcher: copy of the uint8 batch on a side CUDA stream, `device_prefetch` deep]
+//   -> uint8 -> float, normalised, on the device (4x fewer bytes cross the bus than float would)
+//
+// `workers` threads build whole batches (0 = the calling thread does), with up to
+// `prefetch_factor` batches in flight per worker, handed out in order. Batch buffers are allocated
+// once, pinned when the device is CUDA, and reused from a pool. All randomness is a function of
+// (seed, epoch, sample index), so batches are identical whatever the worker count. Each stage is
+// timed. A worker's exception reaches the caller of next() with the sample index and file.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/types.h>
 
-#include "data/idx.h"
+#include "data/dataset.h"
+#include "data/transforms.h"
 
 namespace stoker::data {
 
@@ -19,42 +38,119 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_last = true;
   uint64_t seed = 0;
-  int64_t random_crop_padding = 0;  // pad each side with zeros, then crop back to size at random
-  bool horizontal_flip = false;     // flip each sample with probability 1/2
-  std::vector<double> mean{0.0};    // per channel, on the 0..1 scale
+  int64_t workers = 0;          // threads building batches; 0 = inline
+  int64_t prefetch_factor = 2;  // batches in flight per worker
+  int64_t device_prefetch = 2;  // batches being copied to the GPU ahead of use (CUDA only)
+  bool pin_memory = true;       // pinned batch buffers when the device is CUDA
+  int64_t shard_rank = 0;       // this process's share of each epoch: samples rank, rank + count, ...
+  int64_t shard_count = 1;
+  bool skip_bad_samples = true;  // replace an unreadable sample (and warn) instead of failing
+  std::vector<TransformSpec> transforms;
+  std::vector<double> mean{0.0};  // per channel, 0..1 scale
   std::vector<double> std{1.0};
-  bool channels_last = false;       // hand out inputs in channels-last memory format
+  bool channels_last = false;  // hand out inputs in channels-last memory format
   torch::Device device = torch::kCPU;
+  // Receives warnings (bad samples, fallbacks). Default: spdlog's default logger.
+  std::function<void(const std::string&)> warn;
 };
 
 struct Batch {
-  torch::Tensor input;   // float, [B, C, H, W], normalised, on the device
-  torch::Tensor target;  // int64, [B], on the device
+  torch::Tensor input;   // float [B, C, H, W], normalised, on the device
+  torch::Tensor target;  // int64 [B], on the device
+  int64_t index = 0;     // batch index within the epoch
   int64_t size() const { return target.size(0); }
 };
 
-class InMemoryLoader {
+// Seconds spent per stage since the last take_times(). Worker stages are summed over threads (CPU
+// time); wait and copy are the caller's wall time.
+struct StageTimes {
+  double read = 0, decode = 0, transform = 0;  // in workers (or inline)
+  double wait = 0;                              // caller blocked in next() for a batch
+  double copy = 0;                              // host -> device copy and conversion to float
+  int64_t samples = 0, batches = 0, bad_samples = 0;
+};
+
+class Loader {
  public:
-  InMemoryLoader(ImageSet set, LoaderOptions options);
+  Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
 
   int64_t num_batches() const;
-  int64_t num_samples() const { return set_.size(); }
+  int64_t num_samples() const { return static_cast<int64_t>(shard_size_); }
+  int64_t channels() const { return channels_; }
+  int64_t out_height() const { return out_height_; }
+  int64_t out_width() const { return out_width_; }
+  const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
+  bool pinned() const { return pinned_; }
 
-  // Fixes the sample order of `epoch` (a fresh shuffle per epoch when shuffling).
-  void set_epoch(int64_t epoch);
-  // Builds batch `index` (0 <= index < num_batches()) of the current epoch.
-  Batch batch(int64_t index) const;
+  // Starts `epoch` at batch `first_batch` (to resume mid-epoch). Abandons any epoch in progress.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // The next batch of the epoch, or nothing at its end. Rethrows a worker's error.
+  std::optional<Batch> next();
+  // Builds batch `index` of `epoch` on the calling thread as uint8 [B, H, W, C] + labels, without
+  // the device step. For tests and benchmarks; does not disturb an epoch in progress.
+  std::pair<torch::Tensor, torch::Tensor> build_host_batch(int64_t epoch, int64_t index);
+
+  StageTimes take_times();
+  // Files of the samples skipped as unreadable so far.
+  std::vector<std::string> bad_samples() const;
 
  private:
-  void augment_into(int64_t sample, int64_t slot, uint8_t* out) const;
+  struct HostBatch;
+  struct InFlight;
 
-  ImageSet set_;
+  void worker_loop(int64_t worker);
+  void fill(HostBatch& batch, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
+  void fill_sample(int64_t sample, uint8_t* slot, int64_t& label, uint64_t seed);
+  void load_sample(int64_t sample, uint8_t* slot, int64_t& label, uint64_t seed);
+  HostBatch* take_ready_batch();
+  void release(HostBatch* batch);
+  Batch to_device(HostBatch& batch);
+  void stop_workers();
+
+  std::shared_ptr<Dataset> dataset_;
   LoaderOptions options_;
-  int64_t epoch_ = 0;
-  std::vector<int64_t> order_;
-  torch::Tensor mean_, inv_std_;  // [1, C, 1, 1] on the device
+  TransformPipeline pipeline_;
+  int64_t channels_ = 0, out_height_ = 0, out_width_ = 0;
+  size_t shard_size_ = 0;
+  bool pinned_ = false;
+  torch::Tensor mean_, inv_std_;  // [1, C, 1, 1] on the device, folded with 1/255
+
+  // The epoch being served: sample order and progress.
+  std::shared_ptr<const std::vector<int64_t>> order_;
+  int64_t epoch_ = 0, end_batch_ = 0, next_batch_ = 0;  // next_batch_: the next one next() returns
+  uint64_t generation_ = 0;                             // bumped by start_epoch
+
+  // Batch buffers and their hand-over between workers and the caller.
+  std::vector<std::unique_ptr<HostBatch>> buffers_;
+  std::vector<HostBatch*> free_;
+  std::map<int64_t, HostBatch*> ready_;
+  std::vector<int64_t> worker_next_;  // the next batch index each worker builds
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_, ready_cv_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+  std::deque<std::unique_ptr<InFlight>> in_flight_;  // device prefetcher (CUDA)
+
+  // Timing (nanoseconds) and bad samples.
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, bad_count_{0};
+  int64_t wait_ns_ = 0, copy_ns_ = 0, samples_ = 0, batches_ = 0;
+  mutable std::mutex bad_mutex_;
+  std::vector<std::string> bad_names_;
 };
+
+// Throughput of a loader alone, without a model: what `trainer bench-data` reports.
+struct DataBenchResult {
+  int64_t batches = 0, samples = 0;
+  double seconds = 0, samples_per_s = 0;
+  double cpu_seconds = 0;  // user + system CPU time of the process during the measurement
+  StageTimes stages;       // summed over workers: seconds of CPU per stage
+};
+// Takes `warmup` batches, then times `batches` more (starting new epochs as needed).
+DataBenchResult bench_loader(Loader& loader, int64_t batches, int64_t warmup = 5);
 
 // A 64-bit mix of its inputs (splitmix64 finaliser), the root of all per-sample randomness.
 uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b = 0);

@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <unistd.h>
+#include <png.h>
 #include <zlib.h>
 
 #include <fstream>
@@ -33,6 +34,30 @@ std::string read_bytes(const fs::path& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+void write_png(const fs::path& path, int64_t height, int64_t width, int64_t channels,
+               const std::vector<uint8_t>& pixels) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write " + path.string());
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    std::fclose(f);
+    throw std::runtime_error("libpng failed writing " + path.string());
+  }
+  png_init_io(png, f);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
+               channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int64_t y = 0; y < height; ++y) {
+    png_write_row(png, const_cast<png_bytep>(pixels.data() + y * width * channels));
+  }
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(f);
 }
 
 void write_idx(const fs::path& path, const std::vector<uint32_t>& dims,

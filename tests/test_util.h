@@ -26,6 +26,10 @@ class TempDir {
 void write_idx(const std::filesystem::path& path, const std::vector<uint32_t>& dims,
                const std::vector<uint8_t>& data, bool gzip);
 
+// Writes an 8-bit PNG (channels 1 or 3) of HWC pixels.
+void write_png(const std::filesystem::path& path, int64_t height, int64_t width, int64_t channels,
+               const std::vector<uint8_t>& pixels);
+
 // Writes bytes as they are.
 void write_bytes(const std::filesystem::path& path, const std::string& bytes);
 std::string read_bytes(const std::filesystem::path& path);

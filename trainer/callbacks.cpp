@@ -71,7 +71,16 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                     .add("test_top1", r.test.top1)
                     .add("epoch_seconds", r.seconds)
                     .add("samples_per_s", r.samples_per_s)
-                    .add("data_wait", r.data_wait));
+                    .add("data_wait", r.data_wait)
+                    .add("data_read_s", r.stages.read)
+                    .add("data_decode_s", r.stages.decode)
+                    .add("data_transform_s", r.stages.transform)
+                    .add("data_copy_s", r.stages.copy)
+                    .add("bad_samples", r.stages.bad_samples));
+  if (r.stages.bad_samples > 0) {
+    logger().warn("epoch {}: {} unreadable sample(s) skipped and replaced (see the log for their files)",
+                  r.epoch + 1, r.stages.bad_samples);
+  }
   logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, {} "
                 "({:.0f} samples/s, data wait {:.1f}%)",
                 r.epoch + 1, trainer.config().train.epochs, r.train_loss, r.test.loss,

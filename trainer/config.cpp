@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "data/dataset.h"
 #include "models/compact_resnet.h"
 
 namespace stoker {
@@ -88,19 +90,38 @@ void visit_config(C& c, V& v) {
     v.field("threads", c.run.threads, at_least(0));
   });
   v.section("data", [&] {
-    v.field("type", c.data.type, one_of({"idx"}));
-    v.field("root", c.data.root, non_empty());
+    Rule known_dataset = non_empty();
+    known_dataset.expected = fmt::format("a registered data set type ({})",
+                                         fmt::join(data::dataset_registry().names(), ", "));
+    known_dataset.accepts = [](const std::string& s) { return data::dataset_registry().contains(s); };
+    v.field("type", c.data.type, known_dataset);
+    v.field("root", c.data.root, described("a folder path"));
     v.field("num_classes", c.data.num_classes, at_least(2));
     v.field("batch_size", c.data.batch_size, at_least(1));
     v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
     v.field("shuffle", c.data.shuffle);
     v.field("drop_last", c.data.drop_last);
-    v.field("random_crop_padding", c.data.random_crop_padding, at_least(0));
-    v.field("horizontal_flip", c.data.horizontal_flip);
+    v.field("workers", c.data.workers, at_least(0));
+    v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
+    v.field("device_prefetch", c.data.device_prefetch, at_least(1));
+    v.field("pin_memory", c.data.pin_memory);
+    v.field("on_bad_sample", c.data.on_bad_sample, one_of({"skip", "error"}));
+    v.field("train_transforms", c.data.train_transforms, described("a list of transforms"));
+    v.field("eval_transforms", c.data.eval_transforms, described("a list of transforms"));
     v.field("mean", c.data.mean, items(any_number(), 1));
     v.field("std", c.data.std, items(positive(), 1));
     v.field("train_limit", c.data.train_limit, at_least(0));
     v.field("test_limit", c.data.test_limit, at_least(0));
+    v.field("shard_rank", c.data.shard_rank, at_least(0));
+    v.field("shard_count", c.data.shard_count, at_least(1));
+    v.section("synthetic", [&] {
+      v.field("train_samples", c.data.synthetic.train_samples, at_least(1));
+      v.field("test_samples", c.data.synthetic.test_samples, at_least(1));
+      v.field("height", c.data.synthetic.height, at_least(1));
+      v.field("width", c.data.synthetic.width, at_least(1));
+      v.field("channels", c.data.synthetic.channels, number("1 or 3", 1, 3));
+      v.field("cpu_cost_us", c.data.synthetic.cpu_cost_us, at_least(0));
+    });
   });
   v.section("model", [&] {
     Rule known_model = non_empty();
@@ -154,63 +175,129 @@ std::string quote(const YAML::Node& node) {
 class Reader {
  public:
   Reader(YAML::Node root, std::string source, std::set<std::string> overridden)
-      : root_(std::move(root)), source_(std::move(source)), overridden_(std::move(overridden)) {}
+      : source_(std::move(source)), overridden_(std::move(overridden)) {
+    frames_.push_back(Frame{root, "", {}});
+  }
 
   template <typename Body>
   void section(const char* key, Body body) {
-    sections_.insert(key);
-    const YAML::Node& node = static_cast<const YAML::Node&>(root_)[key];
-    if (!node.IsDefined() || node.IsNull()) return;  // all defaults
-    prefix_ = key;
-    if (!node.IsMap()) fail(node, prefix_, "a mapping of keys", quote(node));
-    current_ = node;
-    keys_.clear();
+    Frame& parent = frames_.back();
+    parent.keys.insert(key);
+    const std::string path = join(parent.prefix, key);
+    const bool in_map = parent.node.IsDefined() && parent.node.IsMap();
+    // A missing section reads as null: all defaults.
+    const YAML::Node node = in_map ? YAML::Node(const_cast<const YAML::Node&>(parent.node)[key]) : YAML::Node();
+    if (node.IsDefined() && !node.IsNull() && !node.IsMap()) fail(node, path, "a mapping of keys", quote(node));
+    frames_.push_back(Frame{node, path, {}});
     body();
-    for (const auto& kv : current_) {
-      const std::string name = kv.first.as<std::string>();
-      if (!keys_.count(name)) {
-        fail(kv.first, prefix_ + "." + name, "", "",
-             fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, prefix_,
-                         fmt::join(keys_, ", ")));
-      }
-    }
+    check_unknown_keys(frames_.back());
+    frames_.pop_back();
   }
 
   template <typename T>
   void field(const char* key, T& value, const Rule& rule = described("true or false")) {
-    keys_.insert(key);
-    const YAML::Node& node = static_cast<const YAML::Node&>(current_)[key];
+    Frame& frame = frames_.back();
+    frame.keys.insert(key);
+    if (!frame.node.IsDefined() || !frame.node.IsMap()) return;
+    const YAML::Node node = const_cast<const YAML::Node&>(frame.node)[key];
     if (!node.IsDefined()) return;
-    read(node, prefix_ + "." + key, value, rule);
+    read(node, join(frame.prefix, key), value, rule);
   }
 
   // Top-level keys that are not sections.
   void check_top_level() {
-    if (!root_.IsDefined() || root_.IsNull()) return;
-    if (!root_.IsMap()) fail(root_, "(top level)", "a mapping of sections", quote(root_));
-    for (const auto& kv : root_) {
-      const std::string name = kv.first.as<std::string>();
-      if (!sections_.count(name)) {
-        fail(kv.first, name, "", "",
-             fmt::format("unknown section '{}'; known sections: {}", name, fmt::join(sections_, ", ")));
-      }
-    }
+    const YAML::Node& root = frames_.front().node;
+    if (!root.IsDefined() || root.IsNull()) return;
+    if (!root.IsMap()) fail(root, "(top level)", "a mapping of sections", quote(root));
+    check_unknown_keys(frames_.front());
   }
 
  private:
+  struct Frame {
+    YAML::Node node;
+    std::string prefix;
+    std::set<std::string> keys;  // the keys this section knows
+  };
+
+  static std::string join(const std::string& prefix, const std::string& key) {
+    return prefix.empty() ? key : prefix + "." + key;
+  }
+
+  void check_unknown_keys(const Frame& frame) {
+    if (!frame.node.IsDefined() || !frame.node.IsMap()) return;
+    for (const auto& kv : frame.node) {
+      const std::string name = kv.first.as<std::string>();
+      if (frame.keys.count(name)) continue;
+      if (frame.prefix.empty()) {
+        fail(kv.first, name, "", "",
+             fmt::format("unknown section '{}'; known sections: {}", name, fmt::join(frame.keys, ", ")));
+      }
+      fail(kv.first, join(frame.prefix, name), "", "",
+           fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, frame.prefix,
+                       fmt::join(frame.keys, ", ")));
+    }
+  }
+
   [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& expected,
                          const std::string& got, const std::string& custom = "") const {
     const std::string what =
         custom.empty() ? fmt::format("expected {}, got {}", expected, got) : custom;
     // A value from --set is reported as such: its line would point into the override, not the file.
     for (const auto& o : overridden_) {
-      if (path == o || path.rfind(o + ".", 0) == 0) {
+      if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) {
         throw Error(fmt::format("--set {}: {}", path, what));
       }
     }
     const auto mark = node.Mark();
     const std::string where = mark.is_null() ? "" : fmt::format(" at line {}", mark.line + 1);
     throw Error(fmt::format("{}: {}{}: {}", source_, path, where, what));
+  }
+
+  void read(const YAML::Node& node, const std::string& path, std::vector<data::TransformSpec>& out,
+            const Rule&) {
+    static const std::map<std::string, std::set<std::string>> kKeys = {
+        {"random_resized_crop", {"type", "size", "scale", "ratio"}},
+        {"resize", {"type", "size"}},
+        {"center_crop", {"type", "size"}},
+        {"random_crop", {"type", "size", "padding"}},
+        {"horizontal_flip", {"type", "p"}},
+    };
+    if (!node.IsSequence()) {
+      fail(node, path, "a list of transforms, e.g. [{type: horizontal_flip}]", quote(node));
+    }
+    std::vector<data::TransformSpec> list;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      const std::string at = fmt::format("{}[{}]", path, i);
+      if (!item.IsMap()) fail(item, at, "a mapping with a 'type' key", quote(item));
+      std::vector<std::string> types;
+      for (const auto& [name, keys] : kKeys) types.push_back(name);
+      data::TransformSpec t;
+      const YAML::Node type = item["type"];
+      if (!type.IsDefined()) fail(item, at, "", "", fmt::format("missing 'type' (one of: {})", fmt::join(types, ", ")));
+      read(type, at + ".type", t.type, one_of(types));
+      const auto& allowed = kKeys.at(t.type);
+      for (const auto& kv : item) {
+        const std::string name = kv.first.as<std::string>();
+        if (!allowed.count(name)) {
+          fail(kv.first, at + "." + name, "", "",
+               fmt::format("{} does not take '{}'; it takes: {}", t.type, name, fmt::join(allowed, ", ")));
+        }
+      }
+      if (allowed.count("size")) {
+        if (!item["size"].IsDefined()) fail(item, at, "", "", fmt::format("{} needs a 'size' (pixels)", t.type));
+        read(item["size"], at + ".size", t.size, at_least(1));
+      }
+      if (item["scale"].IsDefined()) read(item["scale"], at + ".scale", t.scale, items(stoker::number("a number in (0, 1]", 0, 1, true), 2, 2));
+      if (item["ratio"].IsDefined()) read(item["ratio"], at + ".ratio", t.ratio, items(positive(), 2, 2));
+      if (item["padding"].IsDefined()) read(item["padding"], at + ".padding", t.padding, at_least(0));
+      if (item["p"].IsDefined()) read(item["p"], at + ".p", t.p, unit_closed());
+      if (t.type == "random_resized_crop" && (t.scale[0] > t.scale[1] || t.ratio[0] > t.ratio[1])) {
+        fail(item, at, "", "", "scale and ratio must be [low, high] with low <= high");
+      }
+      list.push_back(t);
+    }
+    out = std::move(list);
   }
 
   void read(const YAML::Node& node, const std::string& path, bool& out, const Rule&) {
@@ -272,13 +359,9 @@ class Reader {
     out = std::move(values);
   }
 
-  YAML::Node root_;
   std::string source_;
   std::set<std::string> overridden_;
-  std::set<std::string> sections_;
-  std::set<std::string> keys_;
-  std::string prefix_;
-  YAML::Node current_;
+  std::vector<Frame> frames_;
 };
 
 // ---- writing ------------------------------------------------------------------------------------
@@ -311,6 +394,26 @@ class Writer {
   void write(uint64_t v) { out_ << v; }
   // Shortest text that reads back as the same double (0.1, not 0.10000000000000001).
   void write(double v) { out_ << fmt::format("{}", v); }
+  void write(const std::vector<data::TransformSpec>& list) {
+    out_ << YAML::BeginSeq;
+    for (const auto& t : list) {
+      out_ << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << t.type;
+      if (t.type != "horizontal_flip") out_ << YAML::Key << "size" << YAML::Value << t.size;
+      if (t.type == "random_resized_crop") {
+        out_ << YAML::Key << "scale" << YAML::Value;
+        write(t.scale);
+        out_ << YAML::Key << "ratio" << YAML::Value;
+        write(t.ratio);
+      }
+      if (t.type == "random_crop") out_ << YAML::Key << "padding" << YAML::Value << t.padding;
+      if (t.type == "horizontal_flip") {
+        out_ << YAML::Key << "p" << YAML::Value;
+        write(t.p);
+      }
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndSeq;
+  }
   template <typename T>
   void write(const std::vector<T>& v) {
     out_ << YAML::Flow << YAML::BeginSeq;
@@ -328,6 +431,13 @@ void check_consistency(const Config& c, const std::string& source) {
   if (c.data.mean.size() != c.data.std.size()) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
                      c.data.mean.size(), c.data.std.size()));
+  }
+  if (c.data.shard_rank >= c.data.shard_count) {
+    fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
+                     c.data.shard_count));
+  }
+  if (c.data.synthetic.channels != 1 && c.data.synthetic.channels != 3) {
+    fail(fmt::format("data.synthetic.channels must be 1 or 3, got {}", c.data.synthetic.channels));
   }
   if (c.model.blocks.size() != c.model.widths.size()) {
     fail(fmt::format("model.blocks has {} entries but model.widths has {}; give one block count per "
@@ -359,9 +469,8 @@ std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::s
       if (part.empty()) throw Error(fmt::format("--set {}: empty key in path '{}'", text, path));
       parts.push_back(part);
     }
-    if (parts.size() != 2) {
-      throw Error(fmt::format("--set {}: expected section.key=value (two names, e.g. train.epochs=3)",
-                              text));
+    if (parts.size() < 2) {
+      throw Error(fmt::format("--set {}: expected section.key=value (e.g. train.epochs=3)", text));
     }
     YAML::Node parsed;
     try {
@@ -371,15 +480,20 @@ std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::s
     }
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) throw Error(fmt::format("--set {}: the config is not a mapping", text));
-    YAML::Node section = root[parts[0]];
-    if (!section.IsDefined() || section.IsNull()) {
-      root[parts[0]] = YAML::Node(YAML::NodeType::Map);
-      section = root[parts[0]];
+    // Walk (and make) the sections down to the key's parent.
+    // (yaml-cpp's Node::operator= writes through to the node referred to; reset() rebinds.)
+    YAML::Node node = root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!node[parts[i]].IsDefined() || node[parts[i]].IsNull()) {
+        node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      }
+      YAML::Node child = node[parts[i]];
+      if (!child.IsMap()) {
+        throw Error(fmt::format("--set {}: '{}' is not a section of keys", text, parts[i]));
+      }
+      node.reset(child);
     }
-    if (!section.IsMap()) {
-      throw Error(fmt::format("--set {}: '{}' is not a section of keys", text, parts[0]));
-    }
-    section[parts[1]] = parsed;
+    node[parts.back()] = parsed;
     paths.insert(path);
   }
   return paths;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "data/transforms.h"
+
 namespace stoker {
 
 struct RunOptions {
@@ -20,20 +22,35 @@ struct RunOptions {
   int64_t threads = 0;          // libtorch intra-op threads; 0 = one per core
 };
 
+struct SyntheticDataOptions {
+  int64_t train_samples = 10000;
+  int64_t test_samples = 1000;
+  int64_t height = 32, width = 32, channels = 3;
+  int64_t cpu_cost_us = 0;  // busy CPU time per sample, standing in for an expensive decode
+};
+
 struct DataOptions {
-  std::string type = "idx";
+  std::string type = "idx";  // idx | cifar10 | cifar100 | image_folder | synthetic (or registered)
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t num_classes = 10;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
   bool shuffle = true;
   bool drop_last = true;
-  int64_t random_crop_padding = 0;
-  bool horizontal_flip = false;
-  std::vector<double> mean{0.0};
+  int64_t workers = 0;          // loader threads; 0 = build batches on the training thread
+  int64_t prefetch_factor = 2;  // batches in flight per worker
+  int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
+  bool pin_memory = true;       // pinned batch buffers when training on CUDA
+  std::string on_bad_sample = "skip";  // skip (warn, replace, count) | error
+  std::vector<data::TransformSpec> train_transforms;
+  std::vector<data::TransformSpec> eval_transforms;
+  std::vector<double> mean{0.0};  // per channel, on the 0..1 scale; applied on the device
   std::vector<double> std{1.0};
   int64_t train_limit = 0;  // use only the first N training samples (0 = all)
   int64_t test_limit = 0;   // use only the first N test samples (0 = all)
+  int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
+  int64_t shard_count = 1;
+  SyntheticDataOptions synthetic;
 };
 
 struct ModelOptions {

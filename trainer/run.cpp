@@ -12,7 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
-#include "data/idx.h"
+#include "data/dataset.h"
 #include "models/compact_resnet.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
@@ -35,8 +35,9 @@ torch::Device resolve_device(const std::string& name) {
   return device;
 }
 
-void configure_threads(int64_t threads) {
-  const int64_t n = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores - (on_cpu ? loader_workers : 0));
   torch::set_num_threads(static_cast<int>(n));
   try {
     torch::set_num_interop_threads(1);
@@ -47,45 +48,62 @@ void configure_threads(int64_t threads) {
 
 Loaders make_loaders(const Config& config, torch::Device device) {
   const DataOptions& d = config.data;
-  STOKER_CHECK(d.type == "idx", "data.type '{}' is not known; use idx", d.type);
-  data::ImageSet train = data::load_idx_split(d.root, "train", d.num_classes);
-  data::ImageSet test = data::load_idx_split(d.root, "t10k", d.num_classes);
-  auto limit = [](data::ImageSet& set, int64_t n) {
-    if (n > 0 && n < set.size()) {
-      set.images = set.images.slice(0, 0, n).contiguous();
-      set.labels = set.labels.slice(0, 0, n).contiguous();
-    }
+  auto dataset = [&](const std::string& split, int64_t limit, int64_t synthetic_samples) {
+    data::DatasetOptions o;
+    o.type = d.type;
+    o.root = d.root;
+    o.split = split;
+    o.num_classes = d.num_classes;
+    o.limit = limit;
+    o.seed = config.run.seed;
+    o.synthetic_samples = synthetic_samples;
+    o.synthetic_height = d.synthetic.height;
+    o.synthetic_width = d.synthetic.width;
+    o.synthetic_channels = d.synthetic.channels;
+    o.synthetic_cpu_cost_us = d.synthetic.cpu_cost_us;
+    return data::create_dataset(o);
   };
-  limit(train, d.train_limit);
-  limit(test, d.test_limit);
-  STOKER_CHECK(train.images.sizes().slice(1) == test.images.sizes().slice(1),
-               "{} has images of shape {} but {} has {}; the splits do not belong together",
-               train.source, fmt::join(train.images.sizes().slice(1), "x"), test.source,
-               fmt::join(test.images.sizes().slice(1), "x"));
-  Loaders loaders;
-  loaders.in_channels = train.images.size(1);
+  auto train = dataset("train", d.train_limit, d.synthetic.train_samples);
+  auto test = dataset("test", d.test_limit, d.synthetic.test_samples);
+  STOKER_CHECK(train->num_classes() == d.num_classes,
+               "the training data has {} classes but data.num_classes is {}; make them agree",
+               train->num_classes(), d.num_classes);
 
   data::LoaderOptions train_options;
   train_options.batch_size = d.batch_size;
   train_options.shuffle = d.shuffle;
   train_options.drop_last = d.drop_last;
   train_options.seed = config.run.seed;
-  train_options.random_crop_padding = d.random_crop_padding;
-  train_options.horizontal_flip = d.horizontal_flip;
+  train_options.workers = d.workers;
+  train_options.prefetch_factor = d.prefetch_factor;
+  train_options.device_prefetch = d.device_prefetch;
+  train_options.pin_memory = d.pin_memory;
+  train_options.shard_rank = d.shard_rank;
+  train_options.shard_count = d.shard_count;
+  train_options.skip_bad_samples = d.on_bad_sample == "skip";
+  train_options.transforms = d.train_transforms;
   train_options.mean = d.mean;
   train_options.std = d.std;
   train_options.channels_last = config.train.channels_last;
   train_options.device = device;
+  train_options.warn = [](const std::string& message) { logger().warn("{}", message); };
 
   data::LoaderOptions test_options = train_options;
   test_options.batch_size = d.eval_batch_size;
   test_options.shuffle = false;
   test_options.drop_last = false;
-  test_options.random_crop_padding = 0;
-  test_options.horizontal_flip = false;
+  test_options.transforms = d.eval_transforms;
 
-  loaders.train = std::make_shared<data::InMemoryLoader>(std::move(train), train_options);
-  loaders.test = std::make_shared<data::InMemoryLoader>(std::move(test), test_options);
+  Loaders loaders;
+  loaders.train = std::make_shared<data::Loader>(train, train_options);
+  loaders.test = std::make_shared<data::Loader>(test, test_options);
+  STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
+                   loaders.train->out_width() == loaders.test->out_width(),
+               "training batches are {}x{} but evaluation batches are {}x{}; make data.train_transforms "
+               "and data.eval_transforms end at the same size",
+               loaders.train->out_height(), loaders.train->out_width(), loaders.test->out_height(),
+               loaders.test->out_width());
+  loaders.in_channels = loaders.train->channels();
   return loaders;
 }
 
@@ -122,9 +140,9 @@ fs::path run_dir_of(const fs::path& checkpoint) {
 
 TrainOutcome run_training(const TrainRequest& request) {
   const Config& config = request.config;
-  configure_threads(config.run.threads);
-  torch::manual_seed(config.run.seed);
   const torch::Device device = resolve_device(config.run.device);
+  configure_threads(config.run.threads, config.data.workers, device.is_cpu());
+  torch::manual_seed(config.run.seed);
 
   // Everything that can be checked is checked before the run directory is made.
   Loaders loaders = make_loaders(config, device);
@@ -165,9 +183,12 @@ TrainOutcome run_training(const TrainRequest& request) {
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type, params / 1e6);
-  logger().info("data: {} training / {} test samples from {}; {} steps per epoch, {} epochs",
-                loaders.train->num_samples(), loaders.test->num_samples(), config.data.root,
-                trainer.steps_per_epoch(), config.train.epochs);
+  logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
+                "epochs; {} loader worker(s){}",
+                loaders.train->num_samples(), loaders.test->num_samples(), config.data.type,
+                loaders.train->out_height(), loaders.train->out_width(), loaders.train->channels(),
+                config.data.root, trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
+                loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",

@@ -33,12 +33,13 @@ TrainOutcome run_training(const TrainRequest& request);
 // "auto" picks CUDA when available, else the CPU; "cuda"/"cuda:N" without CUDA is an error.
 torch::Device resolve_device(const std::string& name);
 
-// Sets libtorch's intra-op thread count (0 = one per core) and a single inter-op thread.
-void configure_threads(int64_t threads);
+// Sets libtorch's intra-op thread count and a single inter-op thread. `threads` = 0 picks one per
+// core, less the loader's workers when training on the CPU, so that the two do not oversubscribe it.
+void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);
 
 // The training and test loaders of the configured data set.
 struct Loaders {
-  std::shared_ptr<data::InMemoryLoader> train, test;
+  std::shared_ptr<data::Loader> train, test;
   int64_t in_channels = 1;
 };
 Loaders make_loaders(const Config& config, torch::Device device);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -67,8 +68,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
 }
 
 Trainer::Trainer(Config config, torch::nn::AnyModule model,
-                 std::shared_ptr<data::InMemoryLoader> train,
-                 std::shared_ptr<data::InMemoryLoader> test, torch::Device device)
+                 std::shared_ptr<data::Loader> train,
+                 std::shared_ptr<data::Loader> test, torch::Device device)
     : config_(std::move(config)),
       model_(std::move(model)),
       train_(std::move(train)),
@@ -126,18 +127,18 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
 EvalResult Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   module().eval();
-  test_->set_epoch(0);
+  test_->start_epoch(0);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
   torch::Tensor correct = torch::zeros({}, torch::TensorOptions().device(device_).dtype(torch::kInt64));
   int64_t samples = 0;
-  for (int64_t b = 0; b < test_->num_batches(); ++b) {
-    const data::Batch batch = test_->batch(b);
-    const torch::Tensor logits = forward(batch.input);
+  while (std::optional<data::Batch> batch = test_->next()) {
+    const torch::Tensor logits = forward(batch->input);
     loss_sum += torch::nn::functional::cross_entropy(
-        logits, batch.target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    correct += logits.argmax(1).eq(batch.target).sum();
-    samples += batch.size();
+        logits, batch->target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    correct += logits.argmax(1).eq(batch->target).sum();
+    samples += batch->size();
   }
+  test_->take_times();  // evaluation's data times are not the training epoch's
   module().train();
   EvalResult result;
   result.samples = samples;
@@ -164,7 +165,8 @@ FitResult Trainer::fit() {
       break;
     }
     const int64_t epoch = state_.epoch;
-    train_->set_epoch(epoch);
+    train_->start_epoch(epoch, state_.batch_in_epoch);
+    train_->take_times();
     module().train();
     for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
 
@@ -173,28 +175,29 @@ FitResult Trainer::fit() {
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
     int64_t loss_count = 0, samples = 0;
     double data_seconds = 0;
-    for (int64_t b = state_.batch_in_epoch; b < batches; ++b) {
+    while (true) {
       const double t0 = now_s();
-      const data::Batch batch = train_->batch(b);
+      std::optional<data::Batch> batch = train_->next();
       const double t1 = now_s();
+      if (!batch) break;
       StepInfo info;
       info.lr = lr_at(state_.step);
-      info.loss = train_step(batch);
-      state_.batch_in_epoch = b + 1;
+      info.loss = train_step(*batch);
+      state_.batch_in_epoch = batch->index + 1;
       loss_sum += info.loss;
       ++loss_count;
-      samples += batch.size();
+      samples += batch->size();
       data_seconds += t1 - t0;
 
       info.epoch = epoch;
-      info.batch = b;
+      info.batch = batch->index;
       info.batches = batches;
       info.step = state_.step;
-      info.samples = batch.size();
+      info.samples = batch->size();
       info.data_seconds = t1 - t0;
       info.step_seconds = now_s() - t0;
       for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
-      if (stop_requested_.load() && b + 1 < batches) {
+      if (stop_requested_.load() && state_.batch_in_epoch < batches) {
         result.interrupted = true;
         break;
       }
@@ -207,6 +210,7 @@ FitResult Trainer::fit() {
     er.train_loss = loss_count ? loss_sum.item<double>() / static_cast<double>(loss_count) : NAN;
     er.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
     er.data_wait = train_seconds > 0 ? data_seconds / train_seconds : 0;
+    er.stages = train_->take_times();
     er.test = evaluate();
     er.seconds = now_s() - epoch_start;
     for (auto& cb : callbacks_) cb->on_validation_end(*this, er);

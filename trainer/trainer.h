@@ -49,6 +49,7 @@ struct EpochResult {
   double seconds = 0;
   double samples_per_s = 0;
   double data_wait = 0;  // share of the epoch's training time spent waiting for data
+  data::StageTimes stages;  // the training loader's per-stage times for the epoch
 };
 
 struct FitResult {
@@ -73,8 +74,8 @@ class Callback {
 
 class Trainer {
  public:
-  Trainer(Config config, torch::nn::AnyModule model, std::shared_ptr<data::InMemoryLoader> train,
-          std::shared_ptr<data::InMemoryLoader> test, torch::Device device);
+  Trainer(Config config, torch::nn::AnyModule model, std::shared_ptr<data::Loader> train,
+          std::shared_ptr<data::Loader> test, torch::Device device);
 
   void add_callback(std::shared_ptr<Callback> callback);
 
@@ -112,7 +113,7 @@ class Trainer {
  private:
   Config config_;
   torch::nn::AnyModule model_;
-  std::shared_ptr<data::InMemoryLoader> train_, test_;
+  std::shared_ptr<data::Loader> train_, test_;
   torch::Device device_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

@@ -3,49 +3,73 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <set>
+
+#include "common/error.h"
 
 namespace stoker::data {
 namespace {
 
-ImageSet counting_set(int64_t n, int64_t size) {
-  ImageSet set;
-  set.images = torch::arange(n * size * size, torch::kInt64).remainder(251).to(torch::kUInt8).view({n, 1, size, size});
-  set.labels = torch::arange(n, torch::kInt64).remainder(10);
-  set.source = "counting";
-  return set;
+// n images of size x size x channels whose first pixel encodes the sample index (i % 251).
+std::shared_ptr<TensorImageDataset> counting(int64_t n, int64_t size, int64_t channels = 1) {
+  std::vector<uint8_t> pixels(n * size * size * channels);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t p = 0; p < size * size * channels; ++p) {
+      pixels[(i * size * size * channels) + p] = static_cast<uint8_t>((i + p * 3) % 251);
+    }
+  }
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;
+  return std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels), size, size, channels,
+                                              10, "counting");
 }
 
-// Normalisation that hands out the raw pixel values (x - 0) / (255 * 1/255).
-LoaderOptions plain(int64_t batch) {
+// Normalisation that hands out the raw pixel values: (x - 0) / (255 * 1/255).
+LoaderOptions plain(int64_t batch, int64_t channels = 1) {
   LoaderOptions o;
   o.batch_size = batch;
-  o.mean = {0.0};
-  o.std = {1.0 / 255.0};
+  o.mean = std::vector<double>(channels, 0.0);
+  o.std = std::vector<double>(channels, 1.0 / 255.0);
   return o;
 }
 
-TEST(InMemoryLoader, BatchCountsFollowDropLast) {
-  LoaderOptions o = plain(4);
-  EXPECT_EQ(InMemoryLoader(counting_set(10, 3), o).num_batches(), 2);
-  o.drop_last = false;
-  InMemoryLoader loader(counting_set(10, 3), o);
-  EXPECT_EQ(loader.num_batches(), 3);
-  EXPECT_EQ(loader.batch(2).size(), 2);
+std::vector<Batch> epoch_of(Loader& loader, int64_t epoch, int64_t first = 0) {
+  loader.start_epoch(epoch, first);
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(*b);
+  return out;
 }
 
-TEST(InMemoryLoader, EveryEpochVisitsEverySampleOnceInANewOrder) {
+// The sample indices of a batch, read back from the first pixel (requires no augmentation).
+std::vector<int64_t> ids(const Batch& b) {
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < b.size(); ++k) out.push_back(std::lround(b.input[k][0][0][0].item<float>()));
+  return out;
+}
+
+TEST(Loader, BatchCountsFollowDropLast) {
+  LoaderOptions o = plain(4);
+  EXPECT_EQ(Loader(counting(10, 3), o).num_batches(), 2);
+  o.drop_last = false;
+  Loader loader(counting(10, 3), o);
+  EXPECT_EQ(loader.num_batches(), 3);
+  const auto batches = epoch_of(loader, 0);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].size(), 2);
+  EXPECT_EQ(batches[2].index, 2);
+}
+
+TEST(Loader, EveryEpochVisitsEverySampleOnceInANewOrder) {
   LoaderOptions o = plain(5);
   o.seed = 3;
-  InMemoryLoader loader(counting_set(20, 2), o);
+  o.workers = 2;
+  Loader loader(counting(20, 2), o);
   std::vector<std::vector<int64_t>> orders;
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
-    loader.set_epoch(epoch);
     std::vector<int64_t> order;
-    for (int64_t b = 0; b < loader.num_batches(); ++b) {
-      // The first pixel identifies the sample: sample i starts at (4 * i) % 251.
-      torch::Tensor first = loader.batch(b).input.select(1, 0).select(1, 0).select(1, 0);
-      for (int64_t k = 0; k < first.size(0); ++k) order.push_back(std::lround(first[k].item<float>()) / 4);
+    for (const auto& b : epoch_of(loader, epoch)) {
+      for (int64_t id : ids(b)) order.push_back(id);
     }
     EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 20u);
     orders.push_back(order);
@@ -54,84 +78,203 @@ TEST(InMemoryLoader, EveryEpochVisitsEverySampleOnceInANewOrder) {
   EXPECT_NE(orders[1], orders[2]);
 }
 
-TEST(InMemoryLoader, BatchesDependOnlyOnSeedEpochAndIndex) {
-  LoaderOptions o = plain(8);
-  o.seed = 11;
-  o.random_crop_padding = 2;
-  o.horizontal_flip = true;
-  InMemoryLoader a(counting_set(40, 6), o), b(counting_set(40, 6), o);
-  a.set_epoch(2);
-  b.set_epoch(0);
-  (void)b.batch(1);  // other work first must not matter
-  b.set_epoch(2);
-  for (int64_t i : {3, 0, 4}) {
-    EXPECT_TRUE(torch::equal(a.batch(i).input, b.batch(i).input)) << "batch " << i;
-    EXPECT_TRUE(torch::equal(a.batch(i).target, b.batch(i).target)) << "batch " << i;
+TEST(Loader, SameBatchesForZeroOneAndFourWorkers) {
+  std::vector<std::vector<Batch>> runs;
+  for (int64_t workers : {0, 1, 4}) {
+    LoaderOptions o = plain(8, 3);
+    o.seed = 11;
+    o.workers = workers;
+    o.transforms = {TransformSpec{"random_crop", 6, {}, {}, 2, 0.5}, TransformSpec{"horizontal_flip"}};
+    Loader loader(counting(70, 6, 3), o);
+    (void)epoch_of(loader, 0);
+    runs.push_back(epoch_of(loader, 1));
   }
-  o.seed = 12;
-  InMemoryLoader c(counting_set(40, 6), o);
-  c.set_epoch(2);
-  EXPECT_FALSE(torch::equal(a.batch(0).input, c.batch(0).input));
-}
-
-TEST(InMemoryLoader, CropAndFlipMatchAReference) {
-  LoaderOptions o = plain(6);
-  o.shuffle = false;
-  o.random_crop_padding = 1;
-  o.horizontal_flip = true;
-  ImageSet set = counting_set(6, 5);
-  torch::Tensor source = set.images.to(torch::kFloat32);
-  InMemoryLoader loader(set, o);
-  torch::Tensor batch = loader.batch(0).input;
-  int flipped = 0, shifted = 0;
-  for (int64_t i = 0; i < 6; ++i) {
-    // Reference: pad by 1 with zeros, then try every crop offset and flip; one must match exactly.
-    torch::Tensor padded = torch::constant_pad_nd(source[i], {1, 1, 1, 1}, 0);
-    bool found = false;
-    for (int64_t dy = 0; dy <= 2 && !found; ++dy) {
-      for (int64_t dx = 0; dx <= 2 && !found; ++dx) {
-        for (bool flip : {false, true}) {
-          torch::Tensor view = flip ? padded.flip({2}) : padded;
-          torch::Tensor crop = view.slice(1, dy, dy + 5).slice(2, dx, dx + 5);
-          if (torch::equal(crop, batch[i])) {
-            found = true;
-            flipped += flip;
-            shifted += (dy != 1 || dx != 1);
-            break;
-          }
-        }
-      }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].size(), runs[0].size());
+    for (size_t b = 0; b < runs[0].size(); ++b) {
+      EXPECT_TRUE(torch::equal(runs[r][b].input, runs[0][b].input)) << "run " << r << " batch " << b;
+      EXPECT_TRUE(torch::equal(runs[r][b].target, runs[0][b].target)) << "run " << r << " batch " << b;
     }
-    EXPECT_TRUE(found) << "sample " << i << " is no crop/flip of its source";
   }
-  EXPECT_GT(flipped + shifted, 0) << "no augmentation happened at all";
 }
 
-TEST(InMemoryLoader, NormalisesOnTheDeviceSide) {
+TEST(Loader, StartingMidEpochGivesTheSameLaterBatches) {
+  LoaderOptions o = plain(4);
+  o.seed = 5;
+  o.workers = 2;
+  o.transforms = {TransformSpec{"random_crop", 5, {}, {}, 1, 0.5}};
+  Loader loader(counting(40, 5), o);
+  const auto full = epoch_of(loader, 3);
+  const auto rest = epoch_of(loader, 3, 6);
+  ASSERT_EQ(rest.size(), full.size() - 6);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].index, full[i + 6].index);
+    EXPECT_TRUE(torch::equal(rest[i].input, full[i + 6].input));
+  }
+}
+
+TEST(Loader, AbandoningAnEpochMidwayIsSafe) {
+  LoaderOptions o = plain(2);
+  o.workers = 3;
+  o.prefetch_factor = 3;
+  Loader loader(counting(200, 4), o);
+  for (int round = 0; round < 20; ++round) {
+    loader.start_epoch(round);
+    for (int k = 0; k < round % 5; ++k) ASSERT_TRUE(loader.next().has_value());
+  }
+  EXPECT_EQ(epoch_of(loader, 99).size(), 100u);
+}
+
+TEST(Loader, ShardsCoverAnEpochExactlyOnce) {
+  std::multiset<int64_t> seen;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    LoaderOptions o = plain(4);
+    o.seed = 9;
+    o.drop_last = false;
+    o.shard_rank = rank;
+    o.shard_count = 3;
+    o.workers = 1;
+    Loader loader(counting(50, 2), o);
+    for (const auto& b : epoch_of(loader, 2)) {
+      for (int64_t id : ids(b)) seen.insert(id);
+    }
+  }
+  EXPECT_EQ(seen.size(), 50u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 50u);
+}
+
+TEST(Loader, NormalisesAfterTheCopy) {
   LoaderOptions o = plain(2);
   o.shuffle = false;
   o.mean = {0.5};
   o.std = {0.25};
-  ImageSet set;
-  set.images = torch::tensor({0, 255, 51, 102}, torch::kUInt8).view({2, 1, 1, 2});
-  set.labels = torch::tensor({1, 2}, torch::kInt64);
-  set.source = "four pixels";
-  InMemoryLoader loader(set, o);
-  Batch batch = loader.batch(0);
-  torch::Tensor expected = (set.images.to(torch::kFloat32) / 255.0 - 0.5) / 0.25;
-  EXPECT_TRUE(torch::allclose(batch.input, expected, 1e-6, 1e-6));
+  auto set = std::make_shared<TensorImageDataset>(std::vector<uint8_t>{0, 255, 51, 102},
+                                                  std::vector<int64_t>{1, 2}, 1, 2, 1, 10, "four pixels");
+  Loader loader(set, o);
+  loader.start_epoch(0);
+  const Batch batch = *loader.next();
+  const torch::Tensor raw = torch::tensor({0, 255, 51, 102}, torch::kFloat32).view({2, 1, 1, 2});
+  EXPECT_TRUE(torch::allclose(batch.input, (raw / 255.0 - 0.5) / 0.25, 1e-6, 1e-6));
   EXPECT_EQ(batch.input.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(batch.target, torch::tensor({1, 2}, torch::kInt64)));
 }
 
-TEST(InMemoryLoader, RejectsMismatchedNormalisation) {
+TEST(Loader, ChannelsLastIsOnlyALayout) {
+  LoaderOptions o = plain(4, 3);
+  o.shuffle = false;
+  Loader nchw(counting(8, 5, 3), o);
+  o.channels_last = true;
+  Loader nhwc(counting(8, 5, 3), o);
+  const Batch a = epoch_of(nchw, 0)[1], b = epoch_of(nhwc, 0)[1];
+  EXPECT_TRUE(a.input.is_contiguous());
+  EXPECT_TRUE(b.input.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::equal(a.input, b.input));
+}
+
+// A data set whose sample `bad` cannot be read.
+class FlakyDataset : public Dataset {
+ public:
+  FlakyDataset(std::shared_ptr<Dataset> inner, int64_t bad) : inner_(std::move(inner)), bad_(bad) {}
+  int64_t size() const override { return inner_->size(); }
+  int64_t num_classes() const override { return inner_->num_classes(); }
+  int64_t channels() const override { return inner_->channels(); }
+  int64_t height() const override { return inner_->height(); }
+  int64_t width() const override { return inner_->width(); }
+  void read(int64_t index, RawSample& out) const override {
+    STOKER_CHECK(index != bad_, "{}: corrupt (test)", describe(index));
+    inner_->read(index, out);
+  }
+  std::string describe(int64_t index) const override { return "file-" + std::to_string(index) + ".png"; }
+
+ private:
+  std::shared_ptr<Dataset> inner_;
+  int64_t bad_;
+};
+
+TEST(Loader, WorkerErrorsReachTheCallerWithSampleAndFile) {
+  for (int64_t workers : {0, 2}) {
+    LoaderOptions o = plain(4);
+    o.shuffle = false;
+    o.workers = workers;
+    o.skip_bad_samples = false;
+    Loader loader(std::make_shared<FlakyDataset>(counting(40, 3), 13), o);
+    loader.start_epoch(0);
+    try {
+      while (loader.next()) {
+      }
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("batch 3, sample 13 (file-13.png)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("corrupt (test)"), std::string::npos) << msg;
+    }
+  }  // the destructor joins the workers
+}
+
+TEST(Loader, BadSamplesAreSkippedCountedAndReplaced) {
+  LoaderOptions o = plain(4);
+  o.shuffle = false;
+  o.workers = 2;
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  o.warn = [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mutex);
+    warnings.push_back(m);
+  };
+  Loader loader(std::make_shared<FlakyDataset>(counting(40, 3), 13), o);
+  const auto batches = epoch_of(loader, 0);
+  ASSERT_EQ(batches.size(), 10u);
+  for (const auto& b : batches) EXPECT_EQ(b.size(), 4);
+  EXPECT_EQ(loader.take_times().bad_samples, 1);
+  EXPECT_EQ(loader.bad_samples(), std::vector<std::string>{"file-13.png"});
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("file-13.png"), std::string::npos) << warnings[0];
+}
+
+TEST(Loader, TimesEachStage) {
+  LoaderOptions o = plain(8);
+  o.workers = 1;
+  o.transforms = {TransformSpec{"random_crop", 16, {}, {}, 2, 0.5}};
+  Loader loader(counting(64, 16), o);
+  (void)epoch_of(loader, 0);
+  const StageTimes t = loader.take_times();
+  EXPECT_EQ(t.samples, 64);
+  EXPECT_EQ(t.batches, 8);
+  EXPECT_GT(t.read, 0.0);
+  EXPECT_GT(t.transform, 0.0);
+  EXPECT_GT(t.copy, 0.0);
+  EXPECT_EQ(loader.take_times().samples, 0) << "take_times resets";
+}
+
+TEST(Loader, RejectsMismatchedNormalisation) {
   LoaderOptions o = plain(2);
   o.mean = {0.5, 0.5, 0.5};
   o.std = {0.2, 0.2, 0.2};
   try {
-    InMemoryLoader loader(counting_set(4, 2), o);
+    Loader loader(counting(4, 2), o);
     FAIL();
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 channel(s) but normalisation has 3 mean"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoaderGpu, PinnedBuffersAndPrefetchMatchTheCpuPath) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  LoaderOptions o = plain(8, 3);
+  o.seed = 2;
+  o.workers = 2;
+  o.transforms = {TransformSpec{"random_crop", 6, {}, {}, 1, 0.5}, TransformSpec{"horizontal_flip"}};
+  Loader cpu(counting(64, 6, 3), o);
+  o.device = torch::Device(torch::kCUDA, 0);
+  o.device_prefetch = 3;
+  Loader gpu(counting(64, 6, 3), o);
+  EXPECT_TRUE(gpu.pinned());
+  const auto a = epoch_of(cpu, 1), b = epoch_of(gpu, 1);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(b[i].input.is_cuda());
+    EXPECT_TRUE(torch::allclose(a[i].input, b[i].input.cpu(), 1e-6, 1e-6)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(a[i].target, b[i].target.cpu())) << "batch " << i;
   }
 }
 

@@ -27,7 +27,7 @@ TEST(Config, EmptyTextGivesTheDefaults) {
 TEST(Config, ReadsEveryKindOfValue) {
   const Config c = parse_config(R"(
 run: {name: exp-1, seed: 9, device: cuda:1, threads: 3}
-data: {batch_size: 64, horizontal_flip: yes, mean: [0.1, 0.2, 0.3], std: [1, 2, 3]}
+data: {batch_size: 64, shuffle: no, workers: 3, mean: [0.1, 0.2, 0.3], std: [1, 2, 3], synthetic: {height: 8, cpu_cost_us: 50}}
 model: {widths: [8, 16], blocks: [2, 1], dropout: 0.25}
 optimizer: {type: adamw, lr: 3e-4, betas: [0.8, 0.95]}
 schedule: {type: constant}
@@ -37,7 +37,11 @@ train: {epochs: 4, channels_last: true}
   EXPECT_EQ(c.run.seed, 9u);
   EXPECT_EQ(c.run.device, "cuda:1");
   EXPECT_EQ(c.data.batch_size, 64);
-  EXPECT_TRUE(c.data.horizontal_flip);
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.data.workers, 3);
+  EXPECT_EQ(c.data.synthetic.height, 8);
+  EXPECT_EQ(c.data.synthetic.cpu_cost_us, 50);
+  EXPECT_EQ(c.data.synthetic.width, SyntheticDataOptions().width);
   EXPECT_EQ(c.data.std, (std::vector<double>{1, 2, 3}));
   EXPECT_EQ(c.model.blocks, (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(c.optimizer.type, "adamw");
@@ -98,6 +102,45 @@ TEST(Config, UnknownKeysAndSectionsAreRejected) {
             std::string::npos) << msg;
 }
 
+TEST(Config, TransformListsAreReadAndChecked) {
+  const Config c = parse_config(R"(
+data:
+  train_transforms:
+    - {type: random_resized_crop, size: 224, scale: [0.35, 1]}
+    - {type: horizontal_flip, p: 0.25}
+  eval_transforms:
+    - {type: resize, size: 256}
+    - {type: center_crop, size: 224}
+)", "r.yaml");
+  ASSERT_EQ(c.data.train_transforms.size(), 2u);
+  EXPECT_EQ(c.data.train_transforms[0].type, "random_resized_crop");
+  EXPECT_EQ(c.data.train_transforms[0].size, 224);
+  EXPECT_EQ(c.data.train_transforms[0].scale, (std::vector<double>{0.35, 1}));
+  EXPECT_EQ(c.data.train_transforms[0].ratio, (std::vector<double>{3.0 / 4.0, 4.0 / 3.0}));
+  EXPECT_DOUBLE_EQ(c.data.train_transforms[1].p, 0.25);
+  EXPECT_EQ(c.data.eval_transforms[1].type, "center_crop");
+  EXPECT_EQ(config_to_yaml(parse_config(config_to_yaml(c), "again.yaml")), config_to_yaml(c));
+
+  EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: rotate, degrees: 5}\n"),
+            "recipe.yaml: data.train_transforms[0].type at line 3: expected one of: center_crop, "
+            "horizontal_flip, random_crop, random_resized_crop, resize, got \"rotate\"");
+  EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: center_crop, padding: 2, size: 8}\n"),
+            "recipe.yaml: data.train_transforms[0].padding at line 3: center_crop does not take "
+            "'padding'; it takes: size, type");
+  EXPECT_EQ(error_of("data:\n  eval_transforms:\n    - {type: resize}\n"),
+            "recipe.yaml: data.eval_transforms[0] at line 3: resize needs a 'size' (pixels)");
+  EXPECT_EQ(error_of("data:\n  train_transforms: horizontal_flip\n"),
+            "recipe.yaml: data.train_transforms at line 2: expected a list of transforms, e.g. "
+            "[{type: horizontal_flip}], got \"horizontal_flip\"");
+  EXPECT_EQ(error_of("data:\n  synthetic: {channels: 2}\n"),
+            "recipe.yaml: data.synthetic.channels must be 1 or 3, got 2");
+  EXPECT_EQ(error_of("data:\n  synthetic: {depth: 2}\n"),
+            "recipe.yaml: data.synthetic.depth at line 2: unknown key 'depth' in section "
+            "'data.synthetic'; known keys: channels, cpu_cost_us, height, test_samples, train_samples, "
+            "width");
+  EXPECT_EQ(parse_config("", "r.yaml", {"data.synthetic.cpu_cost_us=250"}).data.synthetic.cpu_cost_us, 250);
+}
+
 TEST(Config, InvalidYamlNamesLineAndColumn) {
   const std::string msg = error_of("run:\n  name: [unclosed\n");
   EXPECT_NE(msg.find("recipe.yaml: invalid YAML at line"), std::string::npos) << msg;
@@ -127,7 +170,7 @@ TEST(Config, SetOverridesAnyKeyAndIsChecked) {
   EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: unknown key 'lrr'"),
             std::string::npos);
   EXPECT_EQ(error_of("", {"epochs=3"}),
-            "--set epochs=3: expected section.key=value (two names, e.g. train.epochs=3)");
+            "--set epochs=3: expected section.key=value (e.g. train.epochs=3)");
   EXPECT_EQ(error_of("", {"train.epochs"}),
             "--set train.epochs: expected key.path=value, e.g. --set optimizer.lr=0.05");
 }

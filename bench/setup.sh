@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/setup.sh: idempotent set-up for the data-pipeline benchmark (Stoker issue 3).
+# Installs bench/requirements.txt into Stoker's libtorch venv ($STOKER_CACHE/venv-torch-2.11.0)
+# without touching its torch, and Debian's libjpeg-turbo-progs (tjbench) when tjbench is missing.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${STOKER_CACHE:-$HOME/.cache/stoker}"
+venv="$cache/venv-torch-2.11.0"
+py="$venv/bin/python"
+[[ -x "$py" ]] || { echo "setup: no venv at $venv (run ./stoker.sh test first)" >&2; exit 1; }
+
+torch_version() { "$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null; }
+before="$(torch_version)"
+
+if "$py" -c 'import torchvision, PIL, numpy' 2>/dev/null; then
+  echo "setup: torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)') already in $venv"
+else
+  # The constraint keeps pip from ever swapping torch (torchvision 0.26.0 requires exactly 2.11.0).
+  echo "torch==$before" > "$venv/bench-constraints.txt"
+  "$py" -m pip install --quiet --disable-pip-version-check \
+    -r "$here/requirements.txt" -c "$venv/bench-constraints.txt"
+fi
+
+after="$(torch_version)"
+[[ "$after" == "$before" && "$after" == 2.11.0 ]] \
+  || { echo "setup: torch changed or wrong ($before -> $after), expected 2.11.0" >&2; exit 1; }
+echo "setup: torch $after unchanged"
+
+if ! command -v tjbench >/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
+  $sudo apt-get install -y -q libjpeg-turbo-progs >/dev/null \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q libjpeg-turbo-progs >/dev/null; }
+fi
+echo "setup: tjbench at $(command -v tjbench)"

@@ -1,0 +1,123 @@
+// Datasets hand out raw samples: encoded bytes (JPEG/PNG files) or already-decoded uint8 pixels
+// (IDX, CIFAR, synthetic). Decoding and transforms are separate pipeline stages (data/pipeline.h).
+// Datasets are selected by `data.type` through dataset_registry().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/registry.h"
+#include "data/decode.h"
+
+namespace stoker::data {
+
+// One sample as the dataset stores it. Exactly one of `bytes` (encoded) or `image` (decoded) is used.
+struct RawSample {
+  bool encoded = false;
+  std::vector<uint8_t> bytes;  // the file's contents when encoded
+  Image image;                 // HWC uint8 when not encoded
+  int64_t label = 0;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t num_classes() const = 0;
+  // Channels of the decoded images (1 or 3).
+  virtual int64_t channels() const = 0;
+  // Height and width when every sample has the same size (IDX, CIFAR, synthetic); 0 when they vary.
+  virtual int64_t height() const { return 0; }
+  virtual int64_t width() const { return 0; }
+  // Stage 1: fetch sample `index` into `out` (reusing its buffers). Thread-safe.
+  virtual void read(int64_t index, RawSample& out) const = 0;
+  // Names a sample for messages: its file, or "<file>[index]".
+  virtual std::string describe(int64_t index) const = 0;
+};
+
+// Options for building a dataset split. Keys mirror the `data:` section of the config.
+struct DatasetOptions {
+  std::string type = "idx";
+  std::string root;
+  std::string split = "train";  // train | test
+  int64_t num_classes = 10;
+  int64_t limit = 0;            // keep only the first N samples (0 = all)
+  // synthetic
+  int64_t synthetic_samples = 1024;
+  int64_t synthetic_height = 32, synthetic_width = 32, synthetic_channels = 3;
+  int64_t synthetic_cpu_cost_us = 0;  // busy CPU time per sample, to model an expensive decode
+  uint64_t seed = 0;
+};
+
+using DatasetFactory = std::function<std::shared_ptr<Dataset>(const DatasetOptions&)>;
+Registry<DatasetFactory>& dataset_registry();
+std::shared_ptr<Dataset> create_dataset(const DatasetOptions& options);
+
+// An in-memory set of equally sized images: IDX and CIFAR load into this.
+class TensorImageDataset : public Dataset {
+ public:
+  // images: uint8 [N, H, W, C] contiguous; labels: int64 [N].
+  TensorImageDataset(std::vector<uint8_t> images, std::vector<int64_t> labels, int64_t height,
+                     int64_t width, int64_t channels, int64_t num_classes, std::string source);
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  int64_t num_classes() const override { return num_classes_; }
+  int64_t channels() const override { return channels_; }
+  int64_t height() const override { return height_; }
+  int64_t width() const override { return width_; }
+  void read(int64_t index, RawSample& out) const override;
+  std::string describe(int64_t index) const override;
+  // Keeps only the first n samples.
+  void truncate(int64_t n);
+
+ private:
+  std::vector<uint8_t> images_;
+  std::vector<int64_t> labels_;
+  int64_t height_, width_, channels_, num_classes_;
+  std::string source_;
+};
+
+// IDX (MNIST / Fashion-MNIST): `<root>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`.
+std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options);
+// CIFAR-10/100 binary batches: `<root>/data_batch_{1..5}.bin` + `test_batch.bin` (CIFAR-10) or
+// `<root>/train.bin` + `test.bin` (CIFAR-100, fine labels).
+std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64_t classes);
+
+// ImageFolder: `<root>/<split>/<class>/<file>` (split "train" or "val"; "test" also accepted)
+// with classes in sorted order; JPEG and PNG files.
+class ImageFolderDataset : public Dataset {
+ public:
+  explicit ImageFolderDataset(const DatasetOptions& options);
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
+  int64_t channels() const override { return 3; }
+  void read(int64_t index, RawSample& out) const override;
+  std::string describe(int64_t index) const override { return files_[index]; }
+  const std::vector<std::string>& classes() const { return classes_; }
+
+ private:
+  std::vector<std::string> classes_;
+  std::vector<std::string> files_;
+  std::vector<int64_t> labels_;
+};
+
+// Random images of a configured size (deterministic per index), with an optional busy CPU cost per
+// sample: the way to see, and measure, a starved GPU.
+class SyntheticDataset : public Dataset {
+ public:
+  explicit SyntheticDataset(const DatasetOptions& options);
+  int64_t size() const override { return options_.synthetic_samples; }
+  int64_t num_classes() const override { return options_.num_classes; }
+  int64_t channels() const override { return options_.synthetic_channels; }
+  int64_t height() const override { return options_.synthetic_height; }
+  int64_t width() const override { return options_.synthetic_width; }
+  void read(int64_t index, RawSample& out) const override;
+  std::string describe(int64_t index) const override;
+
+ private:
+  DatasetOptions options_;
+};
+
+}  // namespace stoker::data

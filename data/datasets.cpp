@@ -1,0 +1,264 @@
+// The dataset implementations: in-memory tensors (IDX, CIFAR), ImageFolder, synthetic; and the
+// dataset registry.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "data/dataset.h"
+#include "data/idx.h"
+#include "data/loader.h"
+
+namespace stoker::data {
+namespace fs = std::filesystem;
+
+// ---- in-memory images -------------------------------------------------------------------------------
+
+TensorImageDataset::TensorImageDataset(std::vector<uint8_t> images, std::vector<int64_t> labels,
+                                       int64_t height, int64_t width, int64_t channels,
+                                       int64_t num_classes, std::string source)
+    : images_(std::move(images)),
+      labels_(std::move(labels)),
+      height_(height),
+      width_(width),
+      channels_(channels),
+      num_classes_(num_classes),
+      source_(std::move(source)) {
+  STOKER_CHECK(static_cast<int64_t>(images_.size()) == size() * height_ * width_ * channels_,
+               "{}: {} bytes of pixels do not make {} images of {}x{}x{}", source_, images_.size(),
+               size(), height_, width_, channels_);
+  for (int64_t i = 0; i < size(); ++i) {
+    STOKER_CHECK(labels_[i] >= 0 && labels_[i] < num_classes_,
+                 "{}: label {} of sample {} is out of range for {} classes; fix the file or set "
+                 "data.num_classes",
+                 source_, labels_[i], i, num_classes_);
+  }
+}
+
+void TensorImageDataset::read(int64_t index, RawSample& out) const {
+  const int64_t bytes = height_ * width_ * channels_;
+  out.encoded = false;
+  out.image.height = height_;
+  out.image.width = width_;
+  out.image.channels = channels_;
+  out.image.pixels.assign(images_.begin() + index * bytes, images_.begin() + (index + 1) * bytes);
+  out.label = labels_[index];
+}
+
+std::string TensorImageDataset::describe(int64_t index) const {
+  return fmt::format("{}[{}]", source_, index);
+}
+
+void TensorImageDataset::truncate(int64_t n) {
+  if (n <= 0 || n >= size()) return;
+  labels_.resize(n);
+  images_.resize(n * height_ * width_ * channels_);
+}
+
+std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options) {
+  const std::string prefix = options.split == "train" ? "train" : "t10k";
+  ImageSet set = load_idx_split(options.root, prefix, options.num_classes);
+  const torch::Tensor images = set.images.contiguous();  // [N, 1, H, W] == [N, H, W, 1]
+  std::vector<uint8_t> pixels(images.data_ptr<uint8_t>(), images.data_ptr<uint8_t>() + images.numel());
+  std::vector<int64_t> labels(set.labels.data_ptr<int64_t>(), set.labels.data_ptr<int64_t>() + set.size());
+  auto dataset = std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels),
+                                                      images.size(2), images.size(3), 1,
+                                                      options.num_classes, set.source);
+  dataset->truncate(options.limit);
+  return dataset;
+}
+
+// ---- CIFAR ---------------------------------------------------------------------------------------------
+
+std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64_t classes) {
+  const fs::path root = options.root;
+  STOKER_CHECK(fs::is_directory(root),
+               "CIFAR folder {} does not exist; set data.root to the folder holding the binary "
+               "batches (cifar-10-batches-bin or cifar-100-binary)",
+               root.string());
+  std::vector<fs::path> files;
+  if (classes == 10) {
+    if (options.split == "train") {
+      for (int i = 1; i <= 5; ++i) files.push_back(root / fmt::format("data_batch_{}.bin", i));
+    } else {
+      files.push_back(root / "test_batch.bin");
+    }
+  } else {
+    files.push_back(root / (options.split == "train" ? "train.bin" : "test.bin"));
+  }
+  const int64_t label_bytes = classes == 10 ? 1 : 2;  // CIFAR-100: coarse, then fine label
+  const int64_t record = label_bytes + 3 * 32 * 32;
+  std::vector<uint8_t> pixels;
+  std::vector<int64_t> labels;
+  for (const auto& file : files) {
+    STOKER_CHECK(fs::is_regular_file(file), "CIFAR file {} not found; set data.root to the folder of "
+                 "the binary version of CIFAR-{}", file.string(), classes);
+    const auto bytes = fs::file_size(file);
+    STOKER_CHECK(bytes > 0 && bytes % record == 0,
+                 "{}: {} bytes is not a whole number of {}-byte CIFAR-{} records; the file is "
+                 "truncated or of another data set",
+                 file.string(), bytes, record, classes);
+    std::ifstream in(file, std::ios::binary);
+    std::vector<uint8_t> data(bytes);
+    in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(bytes));
+    STOKER_CHECK(in.good(), "{}: read error", file.string());
+    const int64_t n = static_cast<int64_t>(bytes) / record;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* r = data.data() + i * record;
+      const int64_t label = r[label_bytes - 1];
+      STOKER_CHECK(label < classes, "{}: label {} of record {} is out of range for CIFAR-{}",
+                   file.string(), label, i, classes);
+      labels.push_back(label);
+      // Planes R, G, B of 32x32 -> HWC.
+      const uint8_t* planes = r + label_bytes;
+      for (int64_t p = 0; p < 1024; ++p) {
+        for (int64_t c = 0; c < 3; ++c) pixels.push_back(planes[c * 1024 + p]);
+      }
+    }
+  }
+  auto dataset = std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels), 32, 32, 3,
+                                                      classes, files.front().string());
+  dataset->truncate(options.limit);
+  return dataset;
+}
+
+// ---- ImageFolder -------------------------------------------------------------------------------------
+
+namespace {
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+}  // namespace
+
+ImageFolderDataset::ImageFolderDataset(const DatasetOptions& options) {
+  const fs::path root = options.root;
+  fs::path dir = root / options.split;
+  if (options.split == "test" && !fs::is_directory(dir)) dir = root / "val";
+  if (options.split == "val" && !fs::is_directory(dir)) dir = root / "test";
+  STOKER_CHECK(fs::is_directory(dir),
+               "image folder {} does not exist; data.root must hold train/ and val/ folders, each with "
+               "one sub-folder of images per class",
+               dir.string());
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
+  }
+  std::sort(classes_.begin(), classes_.end());
+  STOKER_CHECK(!classes_.empty(), "{} has no class folders; put each class's images in {}/<class>/",
+               dir.string(), dir.string());
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(dir / classes_[c])) {
+      if (entry.is_regular_file() && is_image_file(entry.path())) found.push_back(entry.path().string());
+    }
+    STOKER_CHECK(!found.empty(), "class folder {} holds no .jpg, .jpeg or .png files; remove it or add "
+                 "images", (dir / classes_[c]).string());
+    std::sort(found.begin(), found.end());
+    for (auto& f : found) {
+      files_.push_back(std::move(f));
+      labels_.push_back(static_cast<int64_t>(c));
+    }
+  }
+  STOKER_CHECK(options.num_classes <= 0 || options.num_classes == num_classes(),
+               "{} has {} class folders but data.num_classes is {}; make them agree", dir.string(),
+               num_classes(), options.num_classes);
+  if (options.limit > 0 && options.limit < size()) {
+    // Keep a spread over classes: every k-th file.
+    std::vector<std::string> files;
+    std::vector<int64_t> labels;
+    const double step = static_cast<double>(size()) / static_cast<double>(options.limit);
+    for (int64_t i = 0; i < options.limit; ++i) {
+      const auto at = static_cast<size_t>(i * step);
+      files.push_back(files_[at]);
+      labels.push_back(labels_[at]);
+    }
+    files_ = std::move(files);
+    labels_ = std::move(labels);
+  }
+}
+
+void ImageFolderDataset::read(int64_t index, RawSample& out) const {
+  const std::string& path = files_[index];
+  out.encoded = true;
+  out.label = labels_[index];
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  STOKER_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  out.bytes.resize(size > 0 ? static_cast<size_t>(size) : 0);
+  const size_t got = size > 0 ? std::fread(out.bytes.data(), 1, out.bytes.size(), f) : 0;
+  std::fclose(f);
+  STOKER_CHECK(got == out.bytes.size(), "{}: read {} of {} bytes", path, got, out.bytes.size());
+}
+
+// ---- synthetic ----------------------------------------------------------------------------------------
+
+SyntheticDataset::SyntheticDataset(const DatasetOptions& options) : options_(options) {
+  STOKER_CHECK(options_.synthetic_samples > 0 && options_.synthetic_height > 0 &&
+                   options_.synthetic_width > 0 &&
+                   (options_.synthetic_channels == 1 || options_.synthetic_channels == 3),
+               "synthetic data needs samples > 0, a positive size and 1 or 3 channels");
+  if (options_.split != "train") options_.seed = mix_seed(options_.seed, 0x7e57);
+  if (options_.limit > 0) options_.synthetic_samples = std::min(options_.synthetic_samples, options_.limit);
+}
+
+void SyntheticDataset::read(int64_t index, RawSample& out) const {
+  const auto start = std::chrono::steady_clock::now();
+  out.encoded = false;
+  out.label = index % options_.num_classes;
+  Image& im = out.image;
+  im.height = options_.synthetic_height;
+  im.width = options_.synthetic_width;
+  im.channels = options_.synthetic_channels;
+  im.pixels.resize(im.height * im.width * im.channels);
+  // Noise around a per-class brightness, so that the task is learnable.
+  uint64_t state = mix_seed(options_.seed, static_cast<uint64_t>(index));
+  const int base = static_cast<int>(out.label * 200 / std::max<int64_t>(1, options_.num_classes - 1));
+  for (size_t i = 0; i < im.pixels.size(); i += 8) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    for (size_t k = 0; k < 8 && i + k < im.pixels.size(); ++k) {
+      im.pixels[i + k] = static_cast<uint8_t>(base + ((state >> (8 * k)) & 0x37));
+    }
+  }
+  if (options_.synthetic_cpu_cost_us > 0) {
+    // Busy CPU work standing in for an expensive decode.
+    const auto until = start + std::chrono::microseconds(options_.synthetic_cpu_cost_us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+}
+
+std::string SyntheticDataset::describe(int64_t index) const {
+  return fmt::format("synthetic[{}]", index);
+}
+
+// ---- registry --------------------------------------------------------------------------------------------
+
+Registry<DatasetFactory>& dataset_registry() {
+  static Registry<DatasetFactory>* registry = [] {
+    auto* r = new Registry<DatasetFactory>("dataset");
+    r->add("idx", [](const DatasetOptions& o) { return load_idx_dataset(o); });
+    r->add("cifar10", [](const DatasetOptions& o) { return load_cifar_dataset(o, 10); });
+    r->add("cifar100", [](const DatasetOptions& o) { return load_cifar_dataset(o, 100); });
+    r->add("image_folder",
+           [](const DatasetOptions& o) { return std::make_shared<ImageFolderDataset>(o); });
+    r->add("synthetic", [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); });
+    return r;
+  }();
+  return *registry;
+}
+
+std::shared_ptr<Dataset> create_dataset(const DatasetOptions& options) {
+  return dataset_registry().get(options.type)(options);
+}
+
+}  // namespace stoker::data

@@ -1,0 +1,154 @@
+#include "data/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "data/loader.h"
+#include "test_util.h"
+
+namespace stoker::data {
+namespace {
+namespace fs = std::filesystem;
+using stoker::testing::TempDir;
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
+
+DatasetOptions options(const std::string& type, const fs::path& root, const std::string& split = "train") {
+  DatasetOptions o;
+  o.type = type;
+  o.root = root.string();
+  o.split = split;
+  o.num_classes = type == "image_folder" ? 0 : 10;  // 0: as many as there are class folders
+  return o;
+}
+
+TEST(Cifar, ReadsRecordsAsHwcImages) {
+  TempDir dir;
+  // Two CIFAR-10 records: label, then R, G, B planes of 32x32.
+  std::string bytes;
+  for (int r = 0; r < 2; ++r) {
+    bytes.push_back(static_cast<char>(3 + r));
+    for (int c = 0; c < 3; ++c) bytes.append(1024, static_cast<char>(10 * c + r));
+  }
+  stoker::testing::write_bytes(dir / "test_batch.bin", bytes);
+  auto set = create_dataset(options("cifar10", dir.path(), "test"));
+  ASSERT_EQ(set->size(), 2);
+  EXPECT_EQ(set->channels(), 3);
+  RawSample s;
+  set->read(1, s);
+  EXPECT_FALSE(s.encoded);
+  EXPECT_EQ(s.label, 4);
+  EXPECT_EQ(s.image.height, 32);
+  EXPECT_EQ((std::vector<uint8_t>(s.image.pixels.begin(), s.image.pixels.begin() + 3)), (std::vector<uint8_t>{1, 11, 21}));
+
+  stoker::testing::write_bytes(dir / "test_batch.bin", bytes.substr(0, 4000));
+  EXPECT_CONTAINS(error_of([&] { create_dataset(options("cifar10", dir.path(), "test")); }),
+                  "is not a whole number of 3073-byte CIFAR-10 records");
+  EXPECT_CONTAINS(error_of([&] { create_dataset(options("cifar10", dir.path(), "train")); }),
+                  "data_batch_1.bin not found");
+}
+
+TEST(ImageFolder, FindsClassesInOrderAndReadsFiles) {
+  TempDir dir;
+  for (const char* cls : {"zebra", "ant"}) {
+    fs::create_directories(dir / "train" / cls);
+    for (int i = 0; i < 3; ++i) {
+      stoker::testing::write_png(dir / "train" / cls / (std::to_string(i) + ".png"), 5, 7, 3,
+                                 std::vector<uint8_t>(5 * 7 * 3, static_cast<uint8_t>(i)));
+    }
+  }
+  stoker::testing::write_bytes(dir / "train/ant/notes.txt", "not an image");
+  auto set = std::make_shared<ImageFolderDataset>(options("image_folder", dir.path()));
+  EXPECT_EQ(set->classes(), (std::vector<std::string>{"ant", "zebra"}));
+  ASSERT_EQ(set->size(), 6);
+  RawSample s;
+  set->read(4, s);
+  EXPECT_TRUE(s.encoded);
+  EXPECT_EQ(s.label, 1);
+  EXPECT_EQ(sniff_format(s.bytes.data(), s.bytes.size()), ImageFormat::Png);
+  EXPECT_CONTAINS(set->describe(4), "zebra/1.png");
+}
+
+TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {
+  TempDir dir;
+  EXPECT_CONTAINS(error_of([&] { ImageFolderDataset(options("image_folder", dir.path())); }),
+                  "data.root must hold train/ and val/ folders");
+  fs::create_directories(dir / "train/cat");
+  EXPECT_CONTAINS(error_of([&] { ImageFolderDataset(options("image_folder", dir.path())); }),
+                  "class folder " + (dir / "train/cat").string() + " holds no .jpg, .jpeg or .png files");
+}
+
+TEST(ImageFolder, CorruptFilesAreSkippedThroughTheLoader) {
+  TempDir dir;
+  fs::create_directories(dir / "train/a");
+  for (int i = 0; i < 8; ++i) {
+    stoker::testing::write_png(dir / "train/a" / (std::to_string(i) + ".png"), 12, 10, 3,
+                               std::vector<uint8_t>(12 * 10 * 3, 100));
+  }
+  stoker::testing::write_bytes(dir / "train/a/3.png", "\x89PNG\r\n\x1a\n garbage");
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.mean = {0, 0, 0};
+  o.std = {1, 1, 1};
+  o.transforms = {TransformSpec{"center_crop", 8}};
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& m) { warnings.push_back(m); };
+  Loader loader(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);
+  loader.start_epoch(0);
+  int64_t samples = 0;
+  while (auto b = loader.next()) samples += b->size();
+  EXPECT_EQ(samples, 8);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_CONTAINS(warnings[0], "3.png");
+  EXPECT_EQ(loader.take_times().bad_samples, 1);
+
+  o.skip_bad_samples = false;
+  Loader strict(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);
+  strict.start_epoch(0);
+  EXPECT_CONTAINS(error_of([&] {
+                    while (strict.next()) {
+                    }
+                  }),
+                  "3.png");
+}
+
+TEST(Synthetic, IsDeterministicAndSized) {
+  DatasetOptions o = options("synthetic", "");
+  o.synthetic_samples = 10;
+  o.synthetic_height = 6;
+  o.synthetic_width = 4;
+  o.synthetic_channels = 3;
+  auto a = create_dataset(o), b = create_dataset(o);
+  RawSample sa, sb;
+  a->read(7, sa);
+  b->read(7, sb);
+  EXPECT_EQ(sa.image.pixels, sb.image.pixels);
+  EXPECT_EQ(sa.image.pixels.size(), 6u * 4u * 3u);
+  EXPECT_EQ(sa.label, 7);
+  o.split = "test";
+  RawSample st;
+  create_dataset(o)->read(7, st);
+  EXPECT_NE(st.image.pixels, sa.image.pixels) << "train and test differ";
+}
+
+TEST(DatasetRegistry, UnknownTypeListsKnownOnes) {
+  EXPECT_CONTAINS(error_of([&] { create_dataset(options("lmdb", "/x")); }),
+                  "unknown dataset type 'lmdb'; known: cifar10, cifar100, idx, image_folder, synthetic");
+}
+
+}  // namespace
+}  // namespace stoker::data
