@@ -113,8 +113,8 @@ Args parse_args(int argc, char** argv) {
 int bench_data(const Args& args, const stoker::Config& config) {
   const torch::Device device = stoker::resolve_device(config.run.device);
   stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
-  stoker::Loaders loaders = stoker::make_loaders(config, device);
-  stoker::data::Loader& loader = args.split == "train" ? *loaders.train : *loaders.test;
+  const std::shared_ptr<stoker::data::Loader> built = stoker::make_loader(config, device, args.split);
+  stoker::data::Loader& loader = *built;
   auto& log = stoker::logger();
   log.info("bench-data: {} ({} split: {}, {}x{}x{}, batch {}, {} worker(s), device {})", args.config,
            args.split, config.data.type, loader.out_height(), loader.out_width(), loader.channels(),

@@ -370,6 +370,7 @@ Batch Loader::to_device(HostBatch& host) {
   torch::Tensor labels = host.labels.narrow(0, 0, host.count);
   Batch batch;
   batch.index = host.index;
+  batch.host_buffer = host.images.data_ptr();
   // NHWC uint8 viewed as NCHW is channels-last; the float conversion keeps that layout.
   torch::Tensor input = images.to(options_.device, /*non_blocking=*/pinned_).permute({0, 3, 1, 2});
   batch.input = input.to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
@@ -422,9 +423,11 @@ std::optional<Batch> Loader::next() {
     f->labels.record_stream(compute);
     f->copied.synchronize();                  // the host buffer is free once its copy is done
     const int64_t index = f->host->index, count = f->host->count;
+    const void* host_buffer = f->host->images.data_ptr();
     release(f->host);
     Batch batch;
     batch.index = index;
+    batch.host_buffer = host_buffer;
     batch.input = f->images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
     if (!options_.channels_last) batch.input = batch.input.contiguous();
     batch.target = f->labels;
@@ -451,6 +454,12 @@ std::pair<torch::Tensor, torch::Tensor> Loader::build_host_batch(int64_t epoch, 
                                  options_.shard_rank, options_.shard_count);
   fill(batch, epoch, index, order);
   return {batch.images.narrow(0, 0, batch.count), batch.labels.narrow(0, 0, batch.count)};
+}
+
+std::vector<const void*> Loader::host_buffers() const {
+  std::vector<const void*> out;
+  for (const auto& b : buffers_) out.push_back(b->images.data_ptr());
+  return out;
 }
 
 StageTimes Loader::take_times() {

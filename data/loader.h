@@ -58,6 +58,7 @@ struct Batch {
   torch::Tensor input;   // float [B, C, H, W], normalised, on the device
   torch::Tensor target;  // int64 [B], on the device
   int64_t index = 0;     // batch index within the epoch
+  const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
   int64_t size() const { return target.size(0); }
 };
 
@@ -85,6 +86,8 @@ class Loader {
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
   bool pinned() const { return pinned_; }
+  // The pool's host buffers (allocated once, reused for every batch).
+  std::vector<const void*> host_buffers() const;
 
   // Starts `epoch` at batch `first_batch` (to resume mid-epoch). Abandons any epoch in progress.
   void start_epoch(int64_t epoch, int64_t first_batch = 0);

@@ -6,9 +6,29 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "common/error.h"
 #include "trainer/config.h"
 
+// Expects `text` to contain `part`, printing both when it does not.
+#define EXPECT_CONTAINS(text, part)                                                          \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                 \
+      << "'" << (text) << "' lacks '" << (part) << "'"
+
 namespace stoker::testing {
+
+// Runs `f` and returns the message of the stoker::Error it throws (fails the test if none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return "";
+}
 
 // A fresh folder under the system temp dir, removed when the object goes away.
 class TempDir {

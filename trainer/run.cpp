@@ -46,57 +46,52 @@ void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
   }
 }
 
-Loaders make_loaders(const Config& config, torch::Device device) {
+std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
+                                          const std::string& split) {
   const DataOptions& d = config.data;
-  auto dataset = [&](const std::string& split, int64_t limit, int64_t synthetic_samples) {
-    data::DatasetOptions o;
-    o.type = d.type;
-    o.root = d.root;
-    o.split = split;
-    o.num_classes = d.num_classes;
-    o.limit = limit;
-    o.seed = config.run.seed;
-    o.synthetic_samples = synthetic_samples;
-    o.synthetic_height = d.synthetic.height;
-    o.synthetic_width = d.synthetic.width;
-    o.synthetic_channels = d.synthetic.channels;
-    o.synthetic_cpu_cost_us = d.synthetic.cpu_cost_us;
-    return data::create_dataset(o);
-  };
-  auto train = dataset("train", d.train_limit, d.synthetic.train_samples);
-  auto test = dataset("test", d.test_limit, d.synthetic.test_samples);
-  STOKER_CHECK(train->num_classes() == d.num_classes,
-               "the training data has {} classes but data.num_classes is {}; make them agree",
-               train->num_classes(), d.num_classes);
+  const bool train = split == "train";
+  data::DatasetOptions o;
+  o.type = d.type;
+  o.root = d.root;
+  o.split = split;
+  o.num_classes = d.num_classes;
+  o.limit = train ? d.train_limit : d.test_limit;
+  o.seed = config.run.seed;
+  o.synthetic_samples = train ? d.synthetic.train_samples : d.synthetic.test_samples;
+  o.synthetic_height = d.synthetic.height;
+  o.synthetic_width = d.synthetic.width;
+  o.synthetic_channels = d.synthetic.channels;
+  o.synthetic_cpu_cost_us = d.synthetic.cpu_cost_us;
+  std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
+  STOKER_CHECK(dataset->num_classes() == d.num_classes,
+               "the {} data has {} classes but data.num_classes is {}; make them agree", split,
+               dataset->num_classes(), d.num_classes);
 
-  data::LoaderOptions train_options;
-  train_options.batch_size = d.batch_size;
-  train_options.shuffle = d.shuffle;
-  train_options.drop_last = d.drop_last;
-  train_options.seed = config.run.seed;
-  train_options.workers = d.workers;
-  train_options.prefetch_factor = d.prefetch_factor;
-  train_options.device_prefetch = d.device_prefetch;
-  train_options.pin_memory = d.pin_memory;
-  train_options.shard_rank = d.shard_rank;
-  train_options.shard_count = d.shard_count;
-  train_options.skip_bad_samples = d.on_bad_sample == "skip";
-  train_options.transforms = d.train_transforms;
-  train_options.mean = d.mean;
-  train_options.std = d.std;
-  train_options.channels_last = config.train.channels_last;
-  train_options.device = device;
-  train_options.warn = [](const std::string& message) { logger().warn("{}", message); };
+  data::LoaderOptions l;
+  l.batch_size = train ? d.batch_size : d.eval_batch_size;
+  l.shuffle = train && d.shuffle;
+  l.drop_last = train && d.drop_last;
+  l.seed = config.run.seed;
+  l.workers = d.workers;
+  l.prefetch_factor = d.prefetch_factor;
+  l.device_prefetch = d.device_prefetch;
+  l.pin_memory = d.pin_memory;
+  l.shard_rank = d.shard_rank;
+  l.shard_count = d.shard_count;
+  l.skip_bad_samples = d.on_bad_sample == "skip";
+  l.transforms = train ? d.train_transforms : d.eval_transforms;
+  l.mean = d.mean;
+  l.std = d.std;
+  l.channels_last = config.train.channels_last;
+  l.device = device;
+  l.warn = [](const std::string& message) { logger().warn("{}", message); };
+  return std::make_shared<data::Loader>(dataset, l);
+}
 
-  data::LoaderOptions test_options = train_options;
-  test_options.batch_size = d.eval_batch_size;
-  test_options.shuffle = false;
-  test_options.drop_last = false;
-  test_options.transforms = d.eval_transforms;
-
+Loaders make_loaders(const Config& config, torch::Device device) {
   Loaders loaders;
-  loaders.train = std::make_shared<data::Loader>(train, train_options);
-  loaders.test = std::make_shared<data::Loader>(test, test_options);
+  loaders.train = make_loader(config, device, "train");
+  loaders.test = make_loader(config, device, "test");
   STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
                    loaders.train->out_width() == loaders.test->out_width(),
                "training batches are {}x{} but evaluation batches are {}x{}; make data.train_transforms "

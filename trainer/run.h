@@ -37,6 +37,9 @@ torch::Device resolve_device(const std::string& name);
 // core, less the loader's workers when training on the CPU, so that the two do not oversubscribe it.
 void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);
 
+// The loader of one split ("train" or "test") of the configured data set.
+std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
+                                          const std::string& split);
 // The training and test loaders of the configured data set.
 struct Loaders {
   std::shared_ptr<data::Loader> train, test;

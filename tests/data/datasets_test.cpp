@@ -10,22 +10,9 @@
 
 namespace stoker::data {
 namespace {
+using stoker::testing::error_of;
 namespace fs = std::filesystem;
 using stoker::testing::TempDir;
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
 
 DatasetOptions options(const std::string& type, const fs::path& root, const std::string& split = "train") {
   DatasetOptions o;

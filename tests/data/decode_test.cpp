@@ -17,9 +17,11 @@
 #include <png.h>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace stoker::data {
 namespace {
+using stoker::testing::error_of;
 
 // The test image: 123 x 97, sizes that are multiples of neither 8 nor 16.
 constexpr int64_t kWidth = 123;
@@ -211,27 +213,12 @@ Image decode(const Pixels& bytes, const DecodeOptions& options = {}, double* sca
   return out;
 }
 
-// Runs `f` and returns the stoker::Error message it throws (fails the test if it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return "";
-}
-
 std::string decode_error(const Pixels& bytes, const DecodeOptions& options, const std::string& name) {
   return error_of([&] {
     Image out;
     decode_image(bytes.data(), bytes.size(), options, out, name);
   });
 }
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
 
 // Regions at offsets and sizes that are, and are not, aligned to JPEG's 8- and 16-pixel blocks,
 // including ones that touch the right and bottom edges.

@@ -8,24 +8,10 @@
 
 namespace stoker::data {
 namespace {
+using stoker::testing::error_of;
 using stoker::testing::TempDir;
 using stoker::testing::write_bytes;
 using stoker::testing::write_idx;
-
-// Runs `f` and returns the stoker::Error message it throws (fails the test if it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return "";
-}
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
 
 std::vector<uint8_t> iota_bytes(size_t n) {
   std::vector<uint8_t> v(n);

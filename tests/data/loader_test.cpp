@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 
@@ -246,6 +247,24 @@ TEST(Loader, TimesEachStage) {
   EXPECT_EQ(loader.take_times().samples, 0) << "take_times resets";
 }
 
+TEST(Loader, BatchBuffersComeFromAPoolAllocatedOnce) {
+  LoaderOptions o = plain(4);
+  o.workers = 2;
+  o.prefetch_factor = 2;
+  Loader loader(counting(64, 3), o);
+  const auto pool = loader.host_buffers();
+  EXPECT_EQ(pool.size(), 2u * 2u + 1u) << "workers * prefetch_factor + the one handed out";
+  std::set<const void*> used;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    for (const auto& b : epoch_of(loader, epoch)) {
+      ASSERT_NE(std::find(pool.begin(), pool.end(), b.host_buffer), pool.end()) << "not from the pool";
+      used.insert(b.host_buffer);
+    }
+  }
+  EXPECT_GT(used.size(), 1u);
+  EXPECT_EQ(loader.host_buffers(), pool) << "the pool never grows";
+}
+
 TEST(Loader, RejectsMismatchedNormalisation) {
   LoaderOptions o = plain(2);
   o.mean = {0.5, 0.5, 0.5};
@@ -269,6 +288,7 @@ TEST(LoaderGpu, PinnedBuffersAndPrefetchMatchTheCpuPath) {
   o.device_prefetch = 3;
   Loader gpu(counting(64, 6, 3), o);
   EXPECT_TRUE(gpu.pinned());
+  EXPECT_EQ(gpu.host_buffers().size(), 2u * 2u + 3u + 1u) << "worker window + device prefetch + one";
   const auto a = epoch_of(cpu, 1), b = epoch_of(gpu, 1);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
