@@ -40,6 +40,8 @@ options:
   --progress MODE        auto (a live bar on a terminal), bar, or lines
   --batches N            bench-data: batches to time (default 200, after 5 warm-up batches)
   --split train|test     bench-data: which loader to time (default train)
+  --output float|uint8   bench-data: normalised float batches as training gets them (default), or
+                         the uint8 batches as built (to compare with loaders that output uint8)
   -h, --help             this text
 
 exit status: 0 done, 1 error, 2 bad command line, 130 stopped by a signal (resume with --resume)
@@ -50,6 +52,7 @@ struct Args {
   std::string config;
   int64_t batches = 200;
   std::string split = "train";
+  std::string output = "float";
   std::vector<std::string> overrides;
   std::optional<std::string> resume;
   bool print_config = false;
@@ -95,6 +98,9 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--split") {
       args.split = value(arg);
       if (args.split != "train" && args.split != "test") throw UsageError("--split takes train or test");
+    } else if (arg == "--output") {
+      args.output = value(arg);
+      if (args.output != "float" && args.output != "uint8") throw UsageError("--output takes float or uint8");
     } else if (arg == "--print-config") {
       args.print_config = true;
     } else if (arg == "--progress") {
@@ -113,11 +119,12 @@ Args parse_args(int argc, char** argv) {
 int bench_data(const Args& args, const stoker::Config& config) {
   const torch::Device device = stoker::resolve_device(config.run.device);
   stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
-  const std::shared_ptr<stoker::data::Loader> built = stoker::make_loader(config, device, args.split);
+  const std::shared_ptr<stoker::data::Loader> built =
+      stoker::make_loader(config, device, args.split, args.output == "uint8");
   stoker::data::Loader& loader = *built;
   auto& log = stoker::logger();
-  log.info("bench-data: {} ({} split: {}, {}x{}x{}, batch {}, {} worker(s), device {})", args.config,
-           args.split, config.data.type, loader.out_height(), loader.out_width(), loader.channels(),
+  log.info("bench-data: {} ({} split: {}, {} output {}x{}x{}, batch {}, {} worker(s), device {})",
+           args.config, args.split, config.data.type, args.output, loader.out_height(), loader.out_width(), loader.channels(),
            loader.options().batch_size, config.data.workers, device.str());
   const stoker::data::DataBenchResult r = stoker::data::bench_loader(loader, args.batches);
   const double n = static_cast<double>(std::max<int64_t>(1, r.samples));

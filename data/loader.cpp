@@ -116,6 +116,8 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
     mean.push_back(static_cast<float>(o.mean[c] * 255.0));
     inv_std.push_back(static_cast<float>(1.0 / (o.std[c] * 255.0)));
   }
+  cpu_mean_ = mean;
+  cpu_inv_std_ = inv_std;
   mean_ = torch::tensor(mean).view({1, channels_, 1, 1}).to(o.device);
   inv_std_ = torch::tensor(inv_std).view({1, channels_, 1, 1}).to(o.device);
 
@@ -364,6 +366,40 @@ void Loader::release(HostBatch* batch) {
 
 // ---- to the device -----------------------------------------------------------------------------------------
 
+namespace {
+
+// uint8 [B, H, W, C] -> float, (x - mean) * inv_std per channel, in one pass over the pixels, as
+// NCHW-contiguous or channels-last (the same memory order as the input) float [B, C, H, W].
+torch::Tensor normalise_on_cpu(const torch::Tensor& images, const std::vector<float>& mean,
+                               const std::vector<float>& inv_std, bool channels_last) {
+  const int64_t b = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
+  const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::Tensor out = torch::empty({b, c, h, w}, torch::TensorOptions().dtype(torch::kFloat32).memory_format(format));
+  const uint8_t* src = images.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  const int64_t plane = h * w;
+  at::parallel_for(0, b, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const uint8_t* in = src + n * plane * c;
+      float* o = dst + n * plane * c;
+      if (channels_last || c == 1) {
+        for (int64_t i = 0; i < plane; ++i) {
+          for (int64_t k = 0; k < c; ++k) o[i * c + k] = (float(in[i * c + k]) - mean[k]) * inv_std[k];
+        }
+      } else {
+        for (int64_t k = 0; k < c; ++k) {
+          float* ok = o + k * plane;
+          const float m = mean[k], s = inv_std[k];
+          for (int64_t i = 0; i < plane; ++i) ok[i] = (float(in[i * c + k]) - m) * s;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 Batch Loader::to_device(HostBatch& host) {
   const int64_t t0 = now_ns();
   torch::Tensor images = host.images.narrow(0, 0, host.count);
@@ -371,12 +407,19 @@ Batch Loader::to_device(HostBatch& host) {
   Batch batch;
   batch.index = host.index;
   batch.host_buffer = host.images.data_ptr();
-  // NHWC uint8 viewed as NCHW is channels-last; the float conversion keeps that layout.
-  torch::Tensor input = images.to(options_.device, /*non_blocking=*/pinned_).permute({0, 3, 1, 2});
-  batch.input = input.to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
-  if (!options_.channels_last) batch.input = batch.input.contiguous();
-  // The host buffer is reused: the labels must not alias it.
-  batch.target = options_.device.is_cpu() ? labels.clone() : labels.to(options_.device, pinned_);
+  const bool cpu = options_.device.is_cpu();
+  if (options_.output_uint8) {
+    // The host buffer is reused: hand out a copy.
+    batch.input = cpu ? images.clone() : images.to(options_.device, /*non_blocking=*/pinned_);
+  } else if (cpu) {
+    batch.input = normalise_on_cpu(images, cpu_mean_, cpu_inv_std_, options_.channels_last);
+  } else {
+    // NHWC uint8 viewed as NCHW is channels-last; the float conversion keeps that layout.
+    torch::Tensor input = images.to(options_.device, /*non_blocking=*/pinned_).permute({0, 3, 1, 2});
+    batch.input = input.to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
+    if (!options_.channels_last) batch.input = batch.input.contiguous();
+  }
+  batch.target = cpu ? labels.clone() : labels.to(options_.device, pinned_);
   copy_ns_ += now_ns() - t0;
   samples_ += host.count;
   ++batches_;
@@ -428,8 +471,12 @@ std::optional<Batch> Loader::next() {
     Batch batch;
     batch.index = index;
     batch.host_buffer = host_buffer;
-    batch.input = f->images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
-    if (!options_.channels_last) batch.input = batch.input.contiguous();
+    if (options_.output_uint8) {
+      batch.input = f->images;
+    } else {
+      batch.input = f->images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
+      if (!options_.channels_last) batch.input = batch.input.contiguous();
+    }
     batch.target = f->labels;
     copy_ns_ += now_ns() - t0;
     samples_ += count;

@@ -49,13 +49,16 @@ struct LoaderOptions {
   std::vector<double> mean{0.0};  // per channel, 0..1 scale
   std::vector<double> std{1.0};
   bool channels_last = false;  // hand out inputs in channels-last memory format
+  // Hand out the uint8 batch as built, [B, H, W, C], without conversion or normalisation (for
+  // benchmarks that compare with loaders producing uint8, and for code that normalises itself).
+  bool output_uint8 = false;
   torch::Device device = torch::kCPU;
   // Receives warnings (bad samples, fallbacks). Default: spdlog's default logger.
   std::function<void(const std::string&)> warn;
 };
 
 struct Batch {
-  torch::Tensor input;   // float [B, C, H, W], normalised, on the device
+  torch::Tensor input;   // float [B, C, H, W], normalised, on the device (uint8 [B, H, W, C] with output_uint8)
   torch::Tensor target;  // int64 [B], on the device
   int64_t index = 0;     // batch index within the epoch
   const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
@@ -121,6 +124,7 @@ class Loader {
   size_t shard_size_ = 0;
   bool pinned_ = false;
   torch::Tensor mean_, inv_std_;  // [1, C, 1, 1] on the device, folded with 1/255
+  std::vector<float> cpu_mean_, cpu_inv_std_;  // the same, for the CPU path
 
   // The epoch being served: sample order and progress.
   std::shared_ptr<const std::vector<int64_t>> order_;

@@ -47,7 +47,7 @@ void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
 }
 
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
-                                          const std::string& split) {
+                                          const std::string& split, bool output_uint8) {
   const DataOptions& d = config.data;
   const bool train = split == "train";
   data::DatasetOptions o;
@@ -84,6 +84,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   l.std = d.std;
   l.channels_last = config.train.channels_last;
   l.device = device;
+  l.output_uint8 = output_uint8;
   l.warn = [](const std::string& message) { logger().warn("{}", message); };
   return std::make_shared<data::Loader>(dataset, l);
 }

@@ -38,8 +38,9 @@ torch::Device resolve_device(const std::string& name);
 void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);
 
 // The loader of one split ("train" or "test") of the configured data set.
+// `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
-                                          const std::string& split);
+                                          const std::string& split, bool output_uint8 = false);
 // The training and test loaders of the configured data set.
 struct Loaders {
   std::shared_ptr<data::Loader> train, test;
