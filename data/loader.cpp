@@ -76,6 +76,15 @@ struct Loader::InFlight {
 #endif
 };
 
+// The side stream the prefetcher copies on (empty without CUDA).
+struct Loader::CopyStream {
+#ifdef STOKER_WITH_CUDA
+  explicit CopyStream(torch::Device device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
+  c10::cuda::CUDAStream stream;
+#endif
+};
+
 // ---- set-up ---------------------------------------------------------------------------------------------
 
 Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
@@ -437,10 +446,8 @@ std::optional<Batch> Loader::next() {
 #ifdef STOKER_WITH_CUDA
   if (options_.device.is_cuda()) {
     // Keep `device_prefetch` copies in flight on the side stream, then hand out the oldest.
-    static thread_local std::optional<c10::cuda::CUDAStream> side;
-    if (!side || side->device_index() != options_.device.index()) {
-      side = c10::cuda::getStreamFromPool(false, options_.device.index());
-    }
+    if (!copy_stream_) copy_stream_ = std::make_unique<CopyStream>(options_.device);
+    const c10::cuda::CUDAStream& side = copy_stream_->stream;
     while (static_cast<int64_t>(in_flight_.size()) < options_.device_prefetch && next_batch_ < end_batch_) {
       HostBatch* host = take_ready_batch();
       rethrow_if_failed(host);
@@ -448,10 +455,10 @@ std::optional<Batch> Loader::next() {
       auto f = std::make_unique<InFlight>();
       f->host = host;
       {
-        c10::cuda::CUDAStreamGuard guard(*side);
+        c10::cuda::CUDAStreamGuard guard(side);
         f->images = host->images.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
         f->labels = host->labels.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
-        f->copied.record(*side);
+        f->copied.record(side);
       }
       copy_ns_ += now_ns() - t0;
       in_flight_.push_back(std::move(f));

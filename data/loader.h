@@ -107,6 +107,7 @@ class Loader {
  private:
   struct HostBatch;
   struct InFlight;
+  struct CopyStream;  // the CUDA side stream of the device prefetcher
 
   void worker_loop(int64_t worker);
   void fill(HostBatch& batch, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
@@ -141,6 +142,7 @@ class Loader {
   bool stopping_ = false;
   std::vector<std::thread> threads_;
   std::deque<std::unique_ptr<InFlight>> in_flight_;  // device prefetcher (CUDA)
+  std::unique_ptr<CopyStream> copy_stream_;
 
   // Timing (nanoseconds) and bad samples.
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, bad_count_{0};
