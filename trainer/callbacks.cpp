@@ -34,7 +34,7 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   const int64_t every = trainer.config().train.log_every_steps;
   const bool log_now = s.step % every == 0 || s.batch + 1 == s.batches;
   // Reading the loss synchronises with the device: only when it is shown or logged.
-  if (!log_now && !live_) return;
+  if (!log_now && !progress_->due(s.batch + 1, s.batches)) return;
   const double loss = s.loss.item<double>();
   window_loss_ = loss;
   ProgressUpdate u;

@@ -111,6 +111,11 @@ void MetricsWriter::write(const JsonLine& line) {
 
 Progress::Progress(bool live, int64_t every, std::FILE* out) : live_(live), every_(every), out_(out) {}
 
+bool Progress::due(int64_t step, int64_t steps) const {
+  if (!live_) return step % every_ == 0 || step == steps;
+  return step == steps || last_draw_ < 0 || now_s() - last_draw_ >= 0.1;
+}
+
 void Progress::update(const ProgressUpdate& u) {
   const std::string stats =
       fmt::format("loss {:.4f}  lr {:.4g}  {:.0f} samples/s  data {:.1f}%  ETA {}", u.loss, u.lr,

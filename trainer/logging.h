@@ -56,6 +56,9 @@ class Progress {
   // `live`: redraw one line in place (for terminals); otherwise print a line every `every` steps.
   Progress(bool live, int64_t every, std::FILE* out = stdout);
   void update(const ProgressUpdate& u);
+  // Whether update() for this step would print anything (so callers can skip reading values
+  // that cost a device synchronisation).
+  bool due(int64_t step, int64_t steps) const;
   // Ends the current line (a live bar stays visible) before other output follows.
   void finish_line();
 
