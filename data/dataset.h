@@ -118,6 +118,7 @@ class SyntheticDataset : public Dataset {
 
  private:
   DatasetOptions options_;
+  std::vector<std::vector<uint8_t>> stripes_;  // per class: one row of vertical stripes
 };
 
 }  // namespace stoker::data

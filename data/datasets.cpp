@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -209,6 +210,17 @@ SyntheticDataset::SyntheticDataset(const DatasetOptions& options) : options_(opt
                "synthetic data needs samples > 0, a positive size and 1 or 3 channels");
   if (options_.split != "train") options_.seed = mix_seed(options_.seed, 0x7e57);
   if (options_.limit > 0) options_.synthetic_samples = std::min(options_.synthetic_samples, options_.limit);
+  // Each class has its own stripe frequency: a pattern, not a brightness, so that batch
+  // normalisation cannot wash the classes together.
+  const int64_t w = options_.synthetic_width;
+  for (int64_t c = 0; c < std::max<int64_t>(1, options_.num_classes); ++c) {
+    std::vector<uint8_t> row(w);
+    for (int64_t x = 0; x < w; ++x) {
+      const double phase = 2.0 * M_PI * double(c + 1) * double(x) / double(2 * w);
+      row[x] = static_cast<uint8_t>(100.0 + 70.0 * std::sin(phase));
+    }
+    stripes_.push_back(std::move(row));
+  }
 }
 
 void SyntheticDataset::read(int64_t index, RawSample& out) const {
@@ -220,13 +232,15 @@ void SyntheticDataset::read(int64_t index, RawSample& out) const {
   im.width = options_.synthetic_width;
   im.channels = options_.synthetic_channels;
   im.pixels.resize(im.height * im.width * im.channels);
-  // Noise around a per-class brightness, so that the task is learnable.
+  // The class's stripes plus noise.
   uint64_t state = mix_seed(options_.seed, static_cast<uint64_t>(index));
-  const int base = static_cast<int>(out.label * 200 / std::max<int64_t>(1, options_.num_classes - 1));
+  const std::vector<uint8_t>& stripes = stripes_[out.label];
+  const int64_t row = im.width * im.channels;
   for (size_t i = 0; i < im.pixels.size(); i += 8) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     for (size_t k = 0; k < 8 && i + k < im.pixels.size(); ++k) {
-      im.pixels[i + k] = static_cast<uint8_t>(base + ((state >> (8 * k)) & 0x37));
+      const int64_t x = static_cast<int64_t>((i + k) % row) / im.channels;
+      im.pixels[i + k] = static_cast<uint8_t>(stripes[x] + ((state >> (8 * k)) & 0x3f));
     }
   }
   if (options_.synthetic_cpu_cost_us > 0) {

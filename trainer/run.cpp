@@ -183,7 +183,8 @@ TrainOutcome run_training(const TrainRequest& request) {
                 "epochs; {} loader worker(s){}",
                 loaders.train->num_samples(), loaders.test->num_samples(), config.data.type,
                 loaders.train->out_height(), loaders.train->out_width(), loaders.train->channels(),
-                config.data.root, trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
+                config.data.type == "synthetic" ? std::string("generated samples") : config.data.root,
+                trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
                 loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());

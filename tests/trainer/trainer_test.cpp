@@ -149,6 +149,40 @@ TEST_F(TrainerTest, ResumeFromRunDirectoryAddsEpochs) {
   EXPECT_TRUE(fs::exists(first.run_dir / fmt::format("config.resumed-step{}.yaml", 2 * (640 / 32))));
 }
 
+TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
+  TempDir data, runs;
+  // Two classes of differently sized PNGs: dark and bright.
+  for (int c = 0; c < 2; ++c) {
+    for (const char* split : {"train", "val"}) {
+      fs::create_directories(data / split / ("class" + std::to_string(c)));
+      for (int i = 0; i < 16; ++i) {
+        const int64_t h = 20 + i % 5, w = 24 + i % 7;
+        stoker::testing::write_png(data / split / ("class" + std::to_string(c)) / (std::to_string(i) + ".png"),
+                                   h, w, 3, std::vector<uint8_t>(h * w * 3, static_cast<uint8_t>(40 + 160 * c + i)));
+      }
+    }
+  }
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data.path(), runs.path());
+  Config& c = request.config;
+  c.data.type = "image_folder";
+  c.data.num_classes = 2;
+  c.data.batch_size = 8;
+  c.data.workers = 2;
+  c.data.mean = {0.5, 0.5, 0.5};
+  c.data.std = {0.25, 0.25, 0.25};
+  c.data.train_transforms = {data::TransformSpec{"random_resized_crop", 16, {0.5, 1.0}},
+                             data::TransformSpec{"horizontal_flip"}};
+  c.data.eval_transforms = {data::TransformSpec{"resize", 18}, data::TransformSpec{"center_crop", 16}};
+  c.train.epochs = 4;
+  const TrainOutcome out = run_training(request);
+  EXPECT_EQ(out.state.step, 4 * 4);
+  EXPECT_GT(out.final_test.top1, 0.9);
+  const auto metrics = lines_of(out.run_dir / "metrics.jsonl");
+  EXPECT_GT(number_after(metrics.back(), "data_decode_s"), 0.0);
+  EXPECT_EQ(number_after(metrics.back(), "bad_samples"), 0.0);
+}
+
 TEST(Schedule, WarmupThenCosine) {
   ScheduleOptions s;
   s.type = "cosine";
