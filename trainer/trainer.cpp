@@ -165,8 +165,8 @@ FitResult Trainer::fit() {
       break;
     }
     const int64_t epoch = state_.epoch;
+    train_->take_times();  // before the workers start on this epoch: its times start from zero
     train_->start_epoch(epoch, state_.batch_in_epoch);
-    train_->take_times();
     module().train();
     for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
 
