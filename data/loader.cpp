@@ -147,7 +147,8 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
   // Workers run their own OpenCV calls single-threaded: the parallelism is the workers.
   if (o.workers > 0) cv::setNumThreads(0);
   worker_next_.assign(static_cast<size_t>(o.workers), 0);
-  start_epoch(0);
+  // Nothing is built until start_epoch() says which epoch (end_batch_ is 0 until then).
+  order_ = std::make_shared<const std::vector<int64_t>>();
   for (int64_t w = 0; w < o.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 

@@ -93,6 +93,7 @@ class Loader {
   std::vector<const void*> host_buffers() const;
 
   // Starts `epoch` at batch `first_batch` (to resume mid-epoch). Abandons any epoch in progress.
+  // Nothing is built before the first call.
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch, or nothing at its end. Rethrows a worker's error.
   std::optional<Batch> next();
