@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/resnet.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -67,6 +68,19 @@ Registry<ModelFactory>& model_registry() {
     auto* r = new Registry<ModelFactory>("model");
     r->add("compact_resnet",
            [](const ModelSpec& spec) { return nn::AnyModule(CompactResNet(spec)); });
+    // torchvision-compatible ResNets (models/resnet.h): only in_channels and num_classes matter.
+    r->add("resnet18", [](const ModelSpec& s) {
+      return nn::AnyModule(resnet18(s.num_classes, s.in_channels));
+    });
+    r->add("resnet34", [](const ModelSpec& s) {
+      return nn::AnyModule(resnet34(s.num_classes, s.in_channels));
+    });
+    r->add("resnet50", [](const ModelSpec& s) {
+      return nn::AnyModule(resnet50(s.num_classes, s.in_channels));
+    });
+    r->add("resnet101", [](const ModelSpec& s) {
+      return nn::AnyModule(resnet101(s.num_classes, s.in_channels));
+    });
     return r;
   }();
   return *registry;

@@ -12,6 +12,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "common/atomic_write.h"
+
 namespace stoker {
 
 // Where training stands. Saved in every checkpoint; a resumed run continues from here.
@@ -22,13 +24,6 @@ struct TrainState {
   double best_metric = std::numeric_limits<double>::quiet_NaN();  // NaN until the first evaluation
   int64_t best_epoch = -1;
 };
-
-// Writes `bytes` to `path` so that `path` is either its old content or the whole new content, never
-// a mix: write to `<path>.tmp-<pid>` in the same folder, flush and fsync it, rename it over `path`,
-// fsync the folder. `after_chunk(bytes_written)` is called after each chunk; tests use it to cut a
-// write short. Throws stoker::Error naming the file on any failure (and removes the temporary).
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes,
-                           const std::function<void(size_t)>& after_chunk = {});
 
 struct CheckpointContent {
   TrainState state;

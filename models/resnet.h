@@ -1,0 +1,104 @@
+// torchvision-compatible ResNet-18/34/50/101, and moving weights between Stoker and Python.
+//
+// The architecture is torchvision.models.resnet's, module for module: a 7x7 stride-2 stem `conv1`,
+// `bn1`, ReLU, a 3x3 stride-2 max-pool, `layer1`..`layer4` of BasicBlock (18/34) or Bottleneck
+// (50/101, the stride on the 3x3 conv as in torchvision's "ResNet v1.5"), adaptive average pooling
+// and `fc`. Parameter and buffer names equal torchvision's state_dict() keys exactly
+// (`layer1.0.downsample.0.weight`, `layer2.1.bn2.running_mean`, `bn1.num_batches_tracked`, ...),
+// so weights move both ways with save_state_dict / load_state_dict below.
+//
+// Registered in the model registry as resnet18, resnet34, resnet50 and resnet101; the ModelSpec
+// gives in_channels (the stem's input) and num_classes (fc's output). widths/blocks/dropout are
+// not used by these models.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace stoker::models {
+
+// torchvision's BasicBlock: conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut.
+class ResNetBasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t expansion = 1;
+  // `downsample` is empty (nullptr) when the shortcut is the identity.
+  ResNetBasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                       torch::nn::Sequential downsample);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(ResNetBasicBlock);
+
+// torchvision's Bottleneck (v1.5): conv1x1 - bn - relu - conv3x3(stride) - bn - relu - conv1x1
+// (planes * 4) - bn, plus the shortcut.
+class ResNetBottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t expansion = 4;
+  ResNetBottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                       torch::nn::Sequential downsample);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(ResNetBottleneck);
+
+enum class ResNetBlock { basic, bottleneck };
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  // `layers`: blocks per stage, e.g. {2, 2, 2, 2} for ResNet-18. Initialisation as torchvision:
+  // Kaiming-normal (fan_out, relu) convs, BN weight 1 / bias 0, fc PyTorch's Linear default.
+  ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t num_classes = 1000,
+             int64_t in_channels = 3);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Sequential make_layer(ResNetBlock block, int64_t planes, int64_t blocks,
+                                   int64_t stride);
+
+  int64_t inplanes_ = 64;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::MaxPool2d maxpool{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+ResNet resnet18(int64_t num_classes = 1000, int64_t in_channels = 3);
+ResNet resnet34(int64_t num_classes = 1000, int64_t in_channels = 3);
+ResNet resnet50(int64_t num_classes = 1000, int64_t in_channels = 3);
+ResNet resnet101(int64_t num_classes = 1000, int64_t in_channels = 3);
+
+// Writes every parameter and buffer of `model` (recursively, dotted names as in
+// named_parameters/named_buffers) to `file` as one dict {name: tensor}, in the zip format of
+// torch.save. Python reads it with plain `torch.load(file)` (weights_only=True, the default, works)
+// and can pass it straight to `module.load_state_dict(...)`. Tensors are copied to the CPU first.
+// Throws stoker::Error when the file cannot be written.
+void save_state_dict(torch::nn::Module& model, const std::filesystem::path& file);
+
+// Reads a dict {name: tensor} from `file` - one saved from Python with
+// `torch.save(model.state_dict(), file)` or by save_state_dict - and copies it into `model`'s
+// parameters and buffers (onto their devices and dtypes). Strict: every key of the model must be
+// present with the same shape, and the file may hold no other keys. Throws stoker::Error naming the
+// file and the offending key(s) otherwise; the model is left unchanged when it throws.
+void load_state_dict(torch::nn::Module& model, const std::filesystem::path& file);
+
+}  // namespace stoker::models

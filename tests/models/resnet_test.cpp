@@ -1,0 +1,320 @@
+#include "models/resnet.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/compact_resnet.h"
+#include "test_util.h"
+
+namespace stoker::models {
+namespace {
+namespace fs = std::filesystem;
+using testing::error_of;
+using testing::TempDir;
+
+// Logits from the two implementations may differ by float reordering only.
+constexpr double kLogitsAtol = 1e-4;
+constexpr double kLogitsRtol = 1e-4;
+
+std::map<std::string, torch::Tensor> state_map(torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value();
+  for (const auto& b : model.named_buffers()) out[b.key()] = b.value();
+  return out;
+}
+
+int64_t parameter_count(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
+}
+
+ModelSpec spec_for(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
+  ModelSpec spec;
+  spec.type = type;
+  spec.num_classes = num_classes;
+  spec.in_channels = in_channels;
+  return spec;
+}
+
+void write_pickle(const fs::path& path, const c10::IValue& value) {
+  const std::vector<char> bytes = torch::pickle_save(value);
+  testing::write_bytes(path, std::string(bytes.begin(), bytes.end()));
+}
+
+torch::Tensor read_tensor(const fs::path& path) {
+  const std::string bytes = testing::read_bytes(path);
+  c10::IValue value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  EXPECT_TRUE(value.isTensor()) << path << " holds a " << value.tagKind();
+  return value.toTensor();
+}
+
+void expect_close(const torch::Tensor& actual, const torch::Tensor& expected) {
+  ASSERT_EQ(actual.sizes(), expected.sizes());
+  const double max_diff = (actual - expected).abs().max().item<double>();
+  ::testing::Test::RecordProperty("max_abs_logit_difference", fmt::format("{:.3g}", max_diff));
+  EXPECT_TRUE(torch::allclose(actual, expected, kLogitsRtol, kLogitsAtol))
+      << "max |difference| " << max_diff << "\nactual:\n"
+      << actual << "\nexpected:\n"
+      << expected;
+  // The comparison means something only if the logits are not all alike.
+  EXPECT_GT(expected.std().item<double>(), 1e-2);
+}
+
+TEST(ResNet, ParameterCountsEqualTorchvisions) {
+  const std::vector<std::pair<std::string, int64_t>> expected{{"resnet18", 11'689'512},
+                                                              {"resnet34", 21'797'672},
+                                                              {"resnet50", 25'557'032},
+                                                              {"resnet101", 44'549'160}};
+  for (const auto& [type, count] : expected) {
+    torch::nn::AnyModule model = create_model(spec_for(type));
+    EXPECT_EQ(parameter_count(*model.ptr()), count) << type;
+  }
+}
+
+TEST(ResNet, OutputShapeFromRegistry) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = torch::randn({2, 3, 64, 64});
+  for (const std::string type : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
+    torch::nn::AnyModule model = create_model(spec_for(type, 7));
+    model.ptr()->eval();
+    EXPECT_EQ(model.forward(x).sizes(), (std::vector<int64_t>{2, 7})) << type;
+  }
+  // in_channels reaches the stem: a grayscale ResNet-18.
+  torch::nn::AnyModule gray = create_model(spec_for("resnet18", 10, 1));
+  EXPECT_EQ(state_map(*gray.ptr()).at("conv1.weight").sizes(), (std::vector<int64_t>{64, 1, 7, 7}));
+  EXPECT_EQ(gray.forward(torch::randn({2, 1, 32, 32})).sizes(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST(ResNet, NamesAndShapesEqualTorchvisionsStateDictKeys) {
+  ResNet r18 = resnet18(10);
+  auto s18 = state_map(*r18);
+  EXPECT_EQ(s18.size(), 122u);  // len(torchvision.models.resnet18().state_dict())
+  const std::map<std::string, std::vector<int64_t>> sample{
+      {"conv1.weight", {64, 3, 7, 7}},
+      {"bn1.weight", {64}},
+      {"bn1.running_var", {64}},
+      {"bn1.num_batches_tracked", {}},
+      {"layer1.0.conv1.weight", {64, 64, 3, 3}},
+      {"layer1.1.bn2.bias", {64}},
+      {"layer2.0.conv1.weight", {128, 64, 3, 3}},
+      {"layer2.0.downsample.0.weight", {128, 64, 1, 1}},
+      {"layer2.0.downsample.1.weight", {128}},
+      {"layer2.0.downsample.1.num_batches_tracked", {}},
+      {"layer2.1.bn2.running_mean", {128}},
+      {"layer4.1.conv2.weight", {512, 512, 3, 3}},
+      {"fc.weight", {10, 512}},
+      {"fc.bias", {10}}};
+  for (const auto& [key, shape] : sample) {
+    ASSERT_TRUE(s18.count(key)) << key;
+    EXPECT_EQ(s18.at(key).sizes(), shape) << key;
+  }
+  EXPECT_EQ(s18.at("bn1.num_batches_tracked").scalar_type(), torch::kLong);
+  EXPECT_FALSE(s18.count("layer1.0.downsample.0.weight"));  // identity shortcut in layer1
+  EXPECT_FALSE(s18.count("layer2.1.downsample.0.weight"));
+
+  ResNet r50 = resnet50();
+  auto s50 = state_map(*r50);
+  EXPECT_EQ(s50.size(), 320u);  // len(torchvision.models.resnet50().state_dict())
+  // layer1 of a Bottleneck ResNet projects 64 -> 256 channels.
+  EXPECT_EQ(s50.at("layer1.0.downsample.0.weight").sizes(), (std::vector<int64_t>{256, 64, 1, 1}));
+  EXPECT_EQ(s50.at("layer1.0.downsample.1.weight").sizes(), (std::vector<int64_t>{256}));
+  EXPECT_EQ(s50.at("layer2.0.conv1.weight").sizes(), (std::vector<int64_t>{128, 256, 1, 1}));
+  EXPECT_EQ(s50.at("layer2.0.conv2.weight").sizes(), (std::vector<int64_t>{128, 128, 3, 3}));
+  EXPECT_EQ(s50.at("layer4.2.conv3.weight").sizes(), (std::vector<int64_t>{2048, 512, 1, 1}));
+  EXPECT_EQ(s50.at("fc.weight").sizes(), (std::vector<int64_t>{1000, 2048}));
+  // Bottleneck v1.5: the stride sits on the 3x3 conv (conv2), not on conv1.
+  auto modules = r50->named_modules();
+  auto stride_of = [&](const std::string& name) {
+    auto* conv = modules[name]->as<torch::nn::Conv2d>();
+    return conv ? std::vector<int64_t>(conv->options.stride()->begin(),
+                                       conv->options.stride()->end())
+                : std::vector<int64_t>{};
+  };
+  EXPECT_EQ(stride_of("layer2.0.conv1"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(stride_of("layer2.0.conv2"), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(stride_of("layer2.0.downsample.0"), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(stride_of("layer1.0.conv2"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(stride_of("conv1"), (std::vector<int64_t>{2, 2}));
+
+  ResNet r101 = resnet101();
+  auto s101 = state_map(*r101);
+  EXPECT_TRUE(s101.count("layer3.22.bn3.running_var"));
+  EXPECT_FALSE(s101.count("layer3.23.conv1.weight"));
+}
+
+TEST(ResNet, InitialisedAsTorchvision) {
+  ResNet model = resnet18();
+  auto s = state_map(*model);
+  // Kaiming normal, fan_out, ReLU gain: std = sqrt(2 / (out_channels * kh * kw)).
+  EXPECT_NEAR(s.at("conv1.weight").std().item<double>(), std::sqrt(2.0 / (64 * 49)), 0.002);
+  EXPECT_NEAR(s.at("layer4.1.conv2.weight").std().item<double>(), std::sqrt(2.0 / (512 * 9)),
+              0.001);
+  EXPECT_NEAR(s.at("conv1.weight").mean().item<double>(), 0.0, 0.002);
+  EXPECT_TRUE(s.at("layer3.0.bn1.weight").eq(1).all().item<bool>());
+  EXPECT_TRUE(s.at("layer3.0.bn1.bias").eq(0).all().item<bool>());
+  EXPECT_TRUE(s.at("layer3.0.downsample.1.weight").eq(1).all().item<bool>());
+  // fc keeps nn.Linear's default: uniform within 1/sqrt(fan_in).
+  EXPECT_LE(s.at("fc.weight").abs().max().item<double>(), 1.0 / std::sqrt(512.0) + 1e-6);
+}
+
+TEST(ResNet, StateDictRoundTripInCpp) {
+  TempDir tmp;
+  ResNet a = resnet18(10);
+  ResNet b = resnet18(10);
+  {
+    // Make the BN statistics non-trivial, then copy a into b through a file.
+    torch::NoGradGuard no_grad;
+    a->train();
+    a->forward(torch::randn({4, 3, 32, 32}));
+  }
+  save_state_dict(*a, tmp / "a.pt");
+  load_state_dict(*b, tmp / "a.pt");
+  auto sa = state_map(*a);
+  auto sb = state_map(*b);
+  for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(sb.at(key))) << key;
+  EXPECT_EQ(sb.at("bn1.num_batches_tracked").item<int64_t>(), 1);
+  a->eval();
+  b->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = torch::randn({2, 3, 64, 64});
+  EXPECT_TRUE(a->forward(x).equal(b->forward(x)));
+}
+
+TEST(ResNet, LoadErrorsNameTheFileAndKey) {
+  TempDir tmp;
+  ResNet model = resnet18(10);
+  c10::Dict<std::string, at::Tensor> full;
+  for (const auto& [key, t] : state_map(*model)) full.insert(key, t.detach().clone());
+  const torch::Tensor before = state_map(*model).at("layer1.0.conv1.weight").clone();
+
+  // A missing key.
+  auto missing = full.copy();
+  ASSERT_EQ(missing.erase("layer2.1.bn2.running_mean"), 1u);
+  missing.insert_or_assign("layer1.0.conv1.weight", torch::zeros({64, 64, 3, 3}));
+  write_pickle(tmp / "missing.pt", missing);
+  std::string message = error_of([&] { load_state_dict(*model, tmp / "missing.pt"); });
+  EXPECT_CONTAINS(message, (tmp / "missing.pt").string());
+  EXPECT_CONTAINS(message, "missing key 'layer2.1.bn2.running_mean'");
+  EXPECT_CONTAINS(message, "hint:");
+  // Nothing was copied: the load checks everything first.
+  EXPECT_TRUE(state_map(*model).at("layer1.0.conv1.weight").equal(before));
+
+  // A shape mismatch (weights of a 5-class model).
+  ResNet five = resnet18(5);
+  save_state_dict(*five, tmp / "five.pt");
+  message = error_of([&] { load_state_dict(*model, tmp / "five.pt"); });
+  EXPECT_CONTAINS(message, (tmp / "five.pt").string());
+  EXPECT_CONTAINS(message,
+                  "key 'fc.weight' has shape [5, 512] in the file but [10, 512] in the model");
+  EXPECT_CONTAINS(message, "key 'fc.bias' has shape [5]");
+
+  // An extra key.
+  auto extra = full.copy();
+  extra.insert("fc2.weight", torch::zeros({3}));
+  write_pickle(tmp / "extra.pt", extra);
+  message = error_of([&] { load_state_dict(*model, tmp / "extra.pt"); });
+  EXPECT_CONTAINS(message, "unexpected key 'fc2.weight'");
+
+  // Not a dict, not a torch.save file, no file at all.
+  write_pickle(tmp / "tensor.pt", torch::zeros({2}));
+  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "tensor.pt"); }),
+                  "not a dict of tensors");
+  testing::write_bytes(tmp / "junk.pt", "not a zip file");
+  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "junk.pt"); }),
+                  "as a torch.save file");
+  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "none.pt"); }), "does not exist");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against torchvision itself, through the libtorch venv's Python (tests/models/resnet_golden.py).
+
+class ResNetPython : public ::testing::Test {
+ protected:
+  // Finds the venv's Python and checks for torchvision once for the suite (importing it takes
+  // seconds); an empty skip_reason_ means both are there.
+  static void SetUpTestSuite() {
+    const char* cache = std::getenv("STOKER_CACHE");
+    const char* home = std::getenv("HOME");
+    const fs::path root = (cache != nullptr && *cache != '\0')
+                              ? fs::path(cache)
+                              : fs::path(home != nullptr ? home : "/root") / ".cache" / "stoker";
+    python_ = root / "venv-torch-2.11.0" / "bin" / "python";
+    if (!fs::exists(python_)) {
+      skip_reason_ = "no Python at " + python_.string() +
+                     "; it comes with the libtorch venv (./stoker.sh build), torchvision with "
+                     "`bash bench/setup.sh`";
+    } else if (shell("'" + python_.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
+      skip_reason_ = "torchvision is not installed in " + python_.string() +
+                     "; install it with `bash bench/setup.sh`";
+    }
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "resnet_golden.py";
+    ASSERT_TRUE(fs::exists(script_)) << script_;
+  }
+
+  // Runs resnet_golden.py MODE in the temp dir; fails the test with the script's output if it
+  // fails.
+  void golden(const std::string& mode) {
+    const fs::path log = tmp_ / ("golden-" + mode + ".log");
+    const std::string command = "'" + python_.string() + "' '" + script_.string() + "' " + mode +
+                                " '" + tmp_.path().string() + "' >'" + log.string() + "' 2>&1";
+    ASSERT_EQ(shell(command), 0) << command << "\n" << testing::read_bytes(log);
+  }
+
+  static int shell(const std::string& command) {
+    const int status = std::system(command.c_str());
+    return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+  }
+
+  static inline fs::path python_;
+  static inline std::string skip_reason_;
+  TempDir tmp_;
+  fs::path script_;
+};
+
+TEST_F(ResNetPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
+  ASSERT_NO_FATAL_FAILURE(golden("make"));
+  ResNet model = resnet18(10);
+  load_state_dict(*model, tmp_ / "torchvision_resnet18.pt");
+  // The BN statistics came across too (the script ran 3 training-mode passes).
+  EXPECT_EQ(state_map(*model).at("layer2.1.bn2.num_batches_tracked").item<int64_t>(), 3);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = read_tensor(tmp_ / "input.pt");
+  ASSERT_EQ(x.sizes(), (std::vector<int64_t>{2, 3, 64, 64}));
+  expect_close(model->forward(x), read_tensor(tmp_ / "torchvision_logits.pt"));
+}
+
+TEST_F(ResNetPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
+  ASSERT_NO_FATAL_FAILURE(golden("make"));  // for input.pt
+  ResNet model = resnet18(10);
+  {
+    torch::NoGradGuard no_grad;  // non-trivial BN statistics, as on the Python side
+    model->train();
+    model->forward(torch::randn({4, 3, 64, 64}));
+  }
+  save_state_dict(*model, tmp_ / "stoker_resnet18.pt");
+  ASSERT_NO_FATAL_FAILURE(golden("check"));
+  // Plain torch.load (weights_only=True) read it, without a warning.
+  EXPECT_EQ(testing::read_bytes(tmp_ / "golden-check.log"), "");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ours = model->forward(read_tensor(tmp_ / "input.pt"));
+  expect_close(read_tensor(tmp_ / "python_logits.pt"), ours);
+}
+
+}  // namespace
+}  // namespace stoker::models
