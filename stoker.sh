@@ -4,7 +4,8 @@
 #
 #   ./stoker.sh train [trainer args]   set up, build, and train the default recipe
 #                                      (configs/fashion_mnist.yaml unless --config is given)
-#   ./stoker.sh test                   set up, build, and run the whole test suite (CTest)
+#   ./stoker.sh test                   set up, build, and run the whole test suite (CTest); also
+#                                      installs torchvision into the venv for the ResNet tests
 #   ./stoker.sh build                  set up and build only
 #
 # Environment: STOKER_CACHE (default ~/.cache/stoker) holds the libtorch venv and the ccache;
@@ -46,6 +47,9 @@ case "$cmd" in
   test)
     mkdir -p "$(dirname "$BUILD_DIR")"
     setup_and_build
+    # torchvision + Pillow in the venv (and tjbench): the ResNet tests compare with torchvision.
+    # (With your own libtorch there is no venv: those tests skip and say so.)
+    [ -n "${STOKER_TORCH_DIR:-}" ] || bench/setup.sh
     cd "$BUILD_DIR"
     exec ctest --output-on-failure --timeout 900 -j "$(nproc)"
     ;;
@@ -54,7 +58,7 @@ case "$cmd" in
     setup_and_build
     ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     [ "$cmd" = help ] || exit 2
     ;;
 esac
