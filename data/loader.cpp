@@ -500,17 +500,6 @@ std::optional<Batch> Loader::next() {
   return batch;
 }
 
-std::pair<torch::Tensor, torch::Tensor> Loader::build_host_batch(int64_t epoch, int64_t index) {
-  HostBatch batch;
-  batch.images = torch::empty({options_.batch_size, out_height_, out_width_, channels_}, torch::kUInt8);
-  batch.labels = torch::empty({options_.batch_size}, torch::kInt64);
-  // A private order for `epoch`, not the one being served.
-  const auto order = epoch_order(dataset_->size(), options_.seed, epoch, options_.shuffle,
-                                 options_.shard_rank, options_.shard_count);
-  fill(batch, epoch, index, order);
-  return {batch.images.narrow(0, 0, batch.count), batch.labels.narrow(0, 0, batch.count)};
-}
-
 std::vector<const void*> Loader::host_buffers() const {
   std::vector<const void*> out;
   for (const auto& b : buffers_) out.push_back(b->images.data_ptr());

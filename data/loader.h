@@ -97,10 +97,6 @@ class Loader {
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch, or nothing at its end. Rethrows a worker's error.
   std::optional<Batch> next();
-  // Builds batch `index` of `epoch` on the calling thread as uint8 [B, H, W, C] + labels, without
-  // the device step. For tests and benchmarks; does not disturb an epoch in progress.
-  std::pair<torch::Tensor, torch::Tensor> build_host_batch(int64_t epoch, int64_t index);
-
   StageTimes take_times();
   // Files of the samples skipped as unreadable so far.
   std::vector<std::string> bad_samples() const;
