@@ -51,7 +51,7 @@ python_for_venv() {
 }
 
 install_libtorch() {
-  if [ -f "$VENV/.stoker-installed" ] && "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  if [ -f "$VENV/.stoker-installed" ] && "$VENV/bin/python" -W ignore -c 'import torch' >/dev/null 2>&1; then
     log "libtorch: torch==$TORCH_VERSION present in $VENV"
     return
   fi
@@ -67,12 +67,12 @@ install_libtorch() {
   mv "$tmp" "$VENV"
   # Only bin/python is used from here on; it works from the moved location.
   touch "$VENV/.stoker-installed"
-  "$VENV/bin/python" -c 'import torch; print("[setup] torch", torch.__version__, "CUDA", torch.version.cuda)' >&2
+  "$VENV/bin/python" -W ignore -c 'import torch; print("[setup] torch", torch.__version__, "CUDA", torch.version.cuda)' >&2
 }
 
 torch_prefix() {
   if [ -n "${STOKER_TORCH_DIR:-}" ]; then echo "$STOKER_TORCH_DIR"; return; fi
-  "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'
+  "$VENV/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'
 }
 
 install_debian_packages
