@@ -50,13 +50,7 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
 }  // namespace
 
 uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b) {
-  auto splitmix = [](uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-  };
-  return splitmix(splitmix(splitmix(seed) ^ a) ^ b);
+  return splitmix64(splitmix64(splitmix64(seed) ^ a) ^ b);
 }
 
 // A reusable batch buffer: uint8 images [B, H, W, C] and int64 labels [B], pinned for CUDA.

@@ -14,11 +14,17 @@ namespace stoker::data {
 
 // ---- randomness ------------------------------------------------------------------------------------------
 
-uint64_t SampleRng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+uint64_t SampleRng::next() {
+  const uint64_t r = splitmix64(state_);
+  state_ += 0x9e3779b97f4a7c15ull;
+  return r;
 }
 
 double SampleRng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }

@@ -35,6 +35,9 @@ struct SamplePlan {
   bool flip = false;
 };
 
+// One splitmix64 step: a 64-bit mix of `x` (the root of every per-sample random number).
+uint64_t splitmix64(uint64_t x);
+
 // A small, fast per-sample random generator (splitmix64).
 class SampleRng {
  public:
