@@ -1,9 +1,11 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include <png.h>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -124,6 +126,25 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.train.epochs = 3;
   c.train.log_every_steps = 4;
   return c;
+}
+
+fs::path venv_python(std::string* why) {
+  const char* cache = std::getenv("STOKER_CACHE");
+  const char* home = std::getenv("HOME");
+  const fs::path root = (cache != nullptr && *cache != '\0')
+                            ? fs::path(cache)
+                            : fs::path(home != nullptr ? home : "/root") / ".cache" / "stoker";
+  const fs::path python = root / "venv-torch-2.11.0" / "bin" / "python";
+  if (fs::exists(python)) return python;
+  if (why != nullptr) {
+    *why = "no Python at " + python.string() + "; it comes with the libtorch venv (./stoker.sh build)";
+  }
+  return {};
+}
+
+int shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace stoker::testing

@@ -54,6 +54,13 @@ void write_png(const std::filesystem::path& path, int64_t height, int64_t width,
 void write_bytes(const std::filesystem::path& path, const std::string& bytes);
 std::string read_bytes(const std::filesystem::path& path);
 
+// The libtorch venv's Python, through which tests compare with PyTorch itself; empty, with `why`
+// saying what is missing and how to get it, when there is none.
+std::filesystem::path venv_python(std::string* why);
+
+// Runs `command` with /bin/sh; returns its exit status (-1 when it did not exit normally).
+int shell(const std::string& command);
+
 // Writes train-/t10k- image and label IDX files of a learnable 10-class problem: each class has a
 // fixed random template, each sample is its template plus noise. Images are size x size.
 void write_synthetic_idx_dataset(const std::filesystem::path& root, int64_t train, int64_t test,

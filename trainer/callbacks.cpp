@@ -76,7 +76,13 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                     .add("data_decode_s", r.stages.decode)
                     .add("data_transform_s", r.stages.transform)
                     .add("data_copy_s", r.stages.copy)
-                    .add("bad_samples", r.stages.bad_samples));
+                    .add("bad_samples", r.stages.bad_samples)
+                    .add("loss_scale", r.loss_scale)
+                    .add("skipped_steps", r.skipped_steps));
+  if (trainer.scaler().enabled()) {
+    logger().info("epoch {}: loss scale {:g}, {} optimizer step(s) skipped so far for inf/NaN gradients",
+                  r.epoch + 1, r.loss_scale, r.skipped_steps);
+  }
   if (r.stages.bad_samples > 0) {
     logger().warn("epoch {}: {} unreadable sample(s) skipped and replaced (see the log for their files)",
                   r.epoch + 1, r.stages.bad_samples);
@@ -106,7 +112,7 @@ void CheckpointCallback::save(Trainer& trainer, const char* name) {
 
 void CheckpointCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   const int64_t every = trainer.config().checkpoint.every_steps;
-  if (every > 0 && trainer.config().checkpoint.save_last && s.step % every == 0 &&
+  if (every > 0 && trainer.config().checkpoint.save_last && s.optimizer_step && s.step % every == 0 &&
       s.batch + 1 < s.batches) {
     save(trainer, "last.pt");
   }

@@ -57,7 +57,8 @@ torch::Device device_of(torch::nn::Module& model) {
 }  // namespace
 
 std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                 const CheckpointContent& content) {
+                                 const CheckpointContent& content,
+                                 const std::vector<CheckpointPart>& parts) {
   torch::serialize::OutputArchive archive;
   archive.write("format", torch::IValue(std::string(kFormat)));
   for (const auto& item : model.named_parameters()) archive.write("model." + item.key(), item.value());
@@ -65,6 +66,11 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
   torch::serialize::OutputArchive optim_archive;
   optimizer.save(optim_archive);
   archive.write("optimizer", optim_archive);
+  for (const auto& part : parts) {
+    torch::serialize::OutputArchive part_archive;
+    part.save(part_archive);
+    archive.write("part." + part.name, part_archive);
+  }
   const TrainState& s = content.state;
   archive.write("state.epoch", torch::IValue(s.epoch));
   archive.write("state.batch_in_epoch", torch::IValue(s.batch_in_epoch));
@@ -80,12 +86,13 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
 }
 
 void save_checkpoint(const fs::path& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                     const CheckpointContent& content) {
-  write_file_atomically(path, serialize_checkpoint(model, optimizer, content));
+                     const CheckpointContent& content, const std::vector<CheckpointPart>& parts) {
+  write_file_atomically(path, serialize_checkpoint(model, optimizer, content, parts));
 }
 
 CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
-                                  torch::optim::Optimizer* optimizer, torch::Device device) {
+                                  torch::optim::Optimizer* optimizer, torch::Device device,
+                                  const std::vector<CheckpointPart>& parts) {
   const std::string name = path.string();
   STOKER_CHECK(fs::is_regular_file(path), "checkpoint {} does not exist", name);
   torch::serialize::InputArchive archive;
@@ -132,6 +139,17 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
       STOKER_FAIL("checkpoint {}: its optimizer state does not fit this optimizer ({}); resume with "
                   "the optimizer.* settings the run was started with",
                   name, why.substr(0, why.find('\n')));
+    }
+  }
+  for (const auto& part : parts) {
+    torch::serialize::InputArchive part_archive;
+    if (!archive.try_read("part." + part.name, part_archive)) continue;
+    try {
+      part.load(part_archive);
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      STOKER_FAIL("checkpoint {}: its '{}' state cannot be restored ({})", name, part.name,
+                  why.substr(0, why.find('\n')));
     }
   }
   CheckpointContent content;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -30,20 +31,33 @@ struct CheckpointContent {
   std::string config_yaml;  // the resolved config of the run that wrote it
 };
 
-// Serialises model parameters and buffers, optimizer state, `content` and the RNG state of the CPU
-// (and of the CUDA device when `model` lives there) into the bytes of a checkpoint file.
+// Further state a checkpoint carries as a named part of its own (the loss scaler's, say): `save`
+// writes it, `load` restores it (and must accept a checkpoint without that part, written by a run
+// that did not have it: try_read tells).
+struct CheckpointPart {
+  std::string name;
+  std::function<void(torch::serialize::OutputArchive&)> save;
+  std::function<void(torch::serialize::InputArchive&)> load;
+};
+
+// Serialises model parameters and buffers, optimizer state, `content`, `parts` and the RNG state of
+// the CPU (and of the CUDA device when `model` lives there) into the bytes of a checkpoint file.
 std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                 const CheckpointContent& content);
+                                 const CheckpointContent& content,
+                                 const std::vector<CheckpointPart>& parts = {});
 
 // serialize_checkpoint, then write_file_atomically.
 void save_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
-                     torch::optim::Optimizer& optimizer, const CheckpointContent& content);
+                     torch::optim::Optimizer& optimizer, const CheckpointContent& content,
+                     const std::vector<CheckpointPart>& parts = {});
 
 // Loads a checkpoint written by save_checkpoint into `model` (every parameter and buffer must be
 // present with the same shape) and, when given, `optimizer`; restores the RNG state. Tensors land on
 // `device`. Throws stoker::Error naming the file and what does not fit.
+// Each of `parts` is loaded from its sub-archive when the checkpoint has one.
 CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
-                                  torch::optim::Optimizer* optimizer, torch::Device device);
+                                  torch::optim::Optimizer* optimizer, torch::Device device,
+                                  const std::vector<CheckpointPart>& parts = {});
 
 // Accepts a checkpoint file or a run directory (then its checkpoints/last.pt).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);

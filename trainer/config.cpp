@@ -142,6 +142,7 @@ void visit_config(C& c, V& v) {
     v.field("eps", c.optimizer.eps, positive());
     v.field("weight_decay", c.optimizer.weight_decay, non_negative());
     v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
+    v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
   });
   v.section("schedule", [&] {
     v.field("type", c.schedule.type, one_of({"constant", "cosine"}));
@@ -150,6 +151,17 @@ void visit_config(C& c, V& v) {
   });
   v.section("train", [&] {
     v.field("epochs", c.train.epochs, at_least(1));
+    v.field("precision", c.train.precision, one_of({"fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}));
+    v.section("loss_scale", [&] {
+      v.field("init_scale", c.train.loss_scale.init_scale, positive());
+      v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));
+      v.field("backoff_factor", c.train.loss_scale.backoff_factor, number("a number in (0, 1)", 0, 1, true, true));
+      v.field("growth_interval", c.train.loss_scale.growth_interval, at_least(1));
+    });
+    v.field("accumulate_steps", c.train.accumulate_steps, at_least(1));
+    v.field("effective_batch_size", c.train.effective_batch_size, at_least(0));
+    v.field("strict_sizes", c.train.strict_sizes);
+    v.field("cuda_graph", c.train.cuda_graph);
     v.field("label_smoothing", c.train.label_smoothing, unit_open());
     v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
     v.field("channels_last", c.train.channels_last);
@@ -447,6 +459,22 @@ void check_consistency(const Config& c, const std::string& source) {
   if (c.optimizer.type == "sgd" && c.optimizer.nesterov && c.optimizer.momentum == 0) {
     fail("optimizer.nesterov needs optimizer.momentum > 0; set a momentum or nesterov: false");
   }
+  if (c.train.effective_batch_size > 0) {
+    const int64_t per_step = c.data.batch_size * c.data.shard_count;
+    if (c.train.effective_batch_size % per_step != 0) {
+      fail(fmt::format("train.effective_batch_size ({}) must be a multiple of data.batch_size x "
+                       "data.shard_count ({} x {} = {}); use {} or {}",
+                       c.train.effective_batch_size, c.data.batch_size, c.data.shard_count, per_step,
+                       std::max(per_step, c.train.effective_batch_size / per_step * per_step),
+                       (c.train.effective_batch_size / per_step + 1) * per_step));
+    }
+    const int64_t derived = c.train.effective_batch_size / per_step;
+    if (c.train.accumulate_steps != 1 && c.train.accumulate_steps != derived) {
+      fail(fmt::format("train.accumulate_steps ({}) disagrees with train.effective_batch_size ({} = {} "
+                       "accumulated batches of {}); set only one of them",
+                       c.train.accumulate_steps, c.train.effective_batch_size, derived, per_step));
+    }
+  }
   if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
     fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
                      c.schedule.warmup_epochs, c.train.epochs));
@@ -500,6 +528,13 @@ std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::s
 }
 
 }  // namespace
+
+int64_t accumulate_steps_of(const Config& c) {
+  if (c.train.effective_batch_size > 0) {
+    return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * c.data.shard_count));
+  }
+  return c.train.accumulate_steps;
+}
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {

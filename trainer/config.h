@@ -69,6 +69,8 @@ struct OptimizerOptions {
   double eps = 1e-8;                      // adamw
   double weight_decay = 5e-4;
   bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
+  // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
+  std::string implementation = "auto";
 };
 
 struct ScheduleOptions {
@@ -77,8 +79,26 @@ struct ScheduleOptions {
   double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
 };
 
+// The dynamic loss scaler of fp16-mixed (see trainer/grad_scaler.h).
+struct LossScaleOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 struct TrainOptions {
   int64_t epochs = 10;
+  std::string precision = "fp32";  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true
+  LossScaleOptions loss_scale;     // used by fp16-mixed
+  // Gradient accumulation: one optimizer step every `accumulate_steps` batches, or, when
+  // `effective_batch_size` is set, as many batches as make that many samples per optimizer step
+  // (across all shards). See accumulate_steps_of().
+  int64_t accumulate_steps = 1;
+  int64_t effective_batch_size = 0;
+  bool strict_sizes = false;     // batch/channel sizes that are not multiples of 8 are errors
+  bool cuda_graph = false;       // capture the whole training step as one CUDA graph
+
   double label_smoothing = 0.0;
   double grad_clip_norm = 0.0;  // clip gradients to this global L2 norm; 0 = off
   bool channels_last = false;   // model and inputs in channels-last memory format
@@ -101,6 +121,10 @@ struct Config {
   TrainOptions train;
   CheckpointOptions checkpoint;
 };
+
+// Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size
+// (which must be a multiple of data.batch_size * data.shard_count).
+int64_t accumulate_steps_of(const Config& config);
 
 // Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
 // strings from --set, applied on top of the text before validation.

@@ -149,6 +149,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   spec.dropout = config.model.dropout;
   spec.in_channels = loaders.in_channels;
   spec.num_classes = config.data.num_classes;
+  const std::string precision_line = apply_global_precision(parse_precision(config.train.precision));
   Trainer trainer(config, models::create_model(spec), loaders.train, loaders.test, device);
   std::optional<fs::path> resume_from;
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
@@ -186,6 +187,12 @@ TrainOutcome run_training(const TrainRequest& request) {
                 config.data.type == "synthetic" ? std::string("generated samples") : config.data.root,
                 trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
                 loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
+
+  logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", precision_line,
+                trainer.accumulate_steps(), config.data.batch_size,
+                trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
+                config.data.shard_count > 1 ? " across all shards" : "");
+  for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",

@@ -7,6 +7,18 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "trainer/logging.h"
+#include "trainer/optim.h"
+#include "trainer/sizing.h"
+
+#ifdef STOKER_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
 
 namespace stoker {
 namespace {
@@ -39,34 +51,6 @@ double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t ste
   return floor + (base_lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
-                                                        torch::nn::Module& model) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model.parameters()) {
-    if (!p.requires_grad()) continue;
-    (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
-  }
-  STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (o.type == "sgd") {
-    auto options = [&](double wd) {
-      return torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd);
-    };
-    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(options(o.weight_decay)));
-    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(options(0.0)));
-    return std::make_unique<torch::optim::SGD>(groups, options(o.weight_decay));
-  }
-  if (o.type == "adamw") {
-    auto options = [&](double wd) {
-      return torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(wd);
-    };
-    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
-    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
-    return std::make_unique<torch::optim::AdamW>(groups, options(o.weight_decay));
-  }
-  STOKER_FAIL("optimizer.type '{}' is not known; use sgd or adamw", o.type);
-}
-
 Trainer::Trainer(Config config, torch::nn::AnyModule model,
                  std::shared_ptr<data::Loader> train,
                  std::shared_ptr<data::Loader> test, torch::Device device)
@@ -78,9 +62,33 @@ Trainer::Trainer(Config config, torch::nn::AnyModule model,
   STOKER_CHECK(!model_.is_empty(), "Trainer needs a model");
   STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training loader with batches");
   STOKER_CHECK(test_ && test_->num_batches() > 0, "Trainer needs an evaluation loader with batches");
-  module().to(device_);
+  precision_ = parse_precision(config_.train.precision);
+  accumulate_ = accumulate_steps_of(config_);
+  module().to(device_, parameter_dtype(precision_));
   if (config_.train.channels_last) to_channels_last(module());
-  optimizer_ = make_optimizer(config_.optimizer, module());
+
+  sizing_warnings_ = check_sizes(module(), config_.data.batch_size, train_->channels(),
+                                 config_.data.num_classes);
+  if (config_.train.strict_sizes && !sizing_warnings_.empty()) {
+    std::string all;
+    for (const auto& w : sizing_warnings_) all += "\n  " + w;
+    STOKER_FAIL("train.strict_sizes is on and {} size(s) are not tensor-core friendly:{}\nchange them, "
+                "or set train.strict_sizes: false to train anyway",
+                sizing_warnings_.size(), all);
+  }
+
+  optimizer_ = make_optimizer(config_.optimizer, module(), device_);
+  for (const auto& p : module().parameters()) {
+    if (p.requires_grad()) params_.push_back(p);
+  }
+  const LossScaleOptions& ls = config_.train.loss_scale;
+  scaler_ = std::make_unique<GradScaler>(GradScalerOptions()
+                                             .with_init_scale(ls.init_scale)
+                                             .with_growth_factor(ls.growth_factor)
+                                             .with_backoff_factor(ls.backoff_factor)
+                                             .with_growth_interval(ls.growth_interval)
+                                             .with_enabled(needs_loss_scaling(precision_)),
+                                         device_);
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
@@ -95,34 +103,199 @@ double Trainer::lr_at(int64_t step) const {
 
 // ---- the steps ------------------------------------------------------------------------------------
 
-torch::Tensor Trainer::forward(const torch::Tensor& input) { return model_.forward(input); }
+torch::Tensor Trainer::forward(const torch::Tensor& input) {
+  AutocastGuard autocast(device_, precision_);
+  if (precision_ == Precision::kBf16True && input.scalar_type() != torch::kBFloat16) {
+    return model_.forward(input.to(torch::kBFloat16));
+  }
+  return model_.forward(input);
+}
 
 torch::Tensor Trainer::compute_loss(const torch::Tensor& logits, const torch::Tensor& target) {
   namespace F = torch::nn::functional;
-  return F::cross_entropy(logits, target,
+  // In float32 whatever the logits are (autocast does the same for cross_entropy).
+  return F::cross_entropy(logits.to(torch::kFloat32), target,
                           F::CrossEntropyFuncOptions().label_smoothing(config_.train.label_smoothing));
 }
 
-void Trainer::backward(const torch::Tensor& loss) { loss.backward(); }
+void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
+  // N accumulated batches of mean losses, each divided by N, sum to the mean over all N x B
+  // samples: the same gradient as one batch N times larger.
+  const torch::Tensor scaled = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
+  scaler_->scale(scaled).backward();
+}
 
 void Trainer::optimizer_step() {
-  const double lr = lr_at(state_.step);
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  set_learning_rate(*optimizer_, lr_at(state_.step));
   if (config_.train.grad_clip_norm > 0) {
-    torch::nn::utils::clip_grad_norm_(module().parameters(), config_.train.grad_clip_norm);
+    scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
+    clip_grad_norm(params_, config_.train.grad_clip_norm);
   }
-  optimizer_->step();
-  optimizer_->zero_grad();
+  scaler_->step(*optimizer_);
+  scaler_->update();
+  if (!graph_active()) optimizer_->zero_grad();
+  micro_batches_ = 0;
   ++state_.step;
 }
 
-torch::Tensor Trainer::train_step(const data::Batch& batch) {
+torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) {
   torch::Tensor logits = forward(batch.input);
   torch::Tensor loss = compute_loss(logits, batch.target);
-  backward(loss);
-  optimizer_step();
+  backward(loss, accumulate);
+  if (++micro_batches_ >= accumulate) optimizer_step();
   return loss.detach();
 }
+
+torch::Tensor Trainer::train_step(const data::Batch& batch) {
+  // The group of `accumulate_` batches this one belongs to; the epoch's last group may be shorter.
+  const int64_t batches = train_->num_batches();
+  const int64_t group_start = batch.index / accumulate_ * accumulate_;
+  const int64_t group = std::max<int64_t>(1, std::min(accumulate_, batches - group_start));
+  if (config_.train.cuda_graph) {
+    if (std::optional<torch::Tensor> loss = graphed_step(batch)) return *loss;
+  }
+  return eager_step(batch, group);
+}
+
+// ---- the CUDA graph of a whole step -----------------------------------------------------------------
+// After `kWarmup` eager steps on a side stream (cuDNN/cuBLAS pick their algorithms and workspaces,
+// autograd and the optimizer create their state), one step (forward, loss, backward, unscale,
+// clip, optimizer, loss-scale update) is captured into a CUDA graph with static input and target
+// buffers; every later step copies the batch into those buffers (a device-to-device copy of the
+// prefetched batch, microseconds) and replays the graph: one launch instead of hundreds. The
+// learning rate lives in a device tensor that is set before each replay. Anything that cannot be
+// captured (a host synchronisation, a partial batch, accumulation) falls back to eager steps with a
+// message saying why.
+
+#ifdef STOKER_WITH_CUDA
+struct Trainer::GraphedStep {
+  static constexpr int kWarmup = 3;
+  int warmup_done = 0;
+  bool active = false;    // captured: replay from now on
+  bool disabled = false;  // fell back to eager steps for good
+  std::optional<at::cuda::CUDAStream> side;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;  // made at capture time (its constructor needs CUDA)
+  torch::Tensor input, target, loss;
+};
+
+std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
+  if (!graph_) {
+    graph_ = std::make_unique<GraphedStep>();
+    std::string why;
+    if (!device_.is_cuda()) why = "it needs a CUDA device";
+    else if (accumulate_ != 1) why = "it does not support gradient accumulation (train.accumulate_steps > 1)";
+    else if (resolve_optimizer_impl(config_.optimizer.implementation, device_) != OptimizerImpl::kFused)
+      why = "it needs optimizer.implementation: fused (or auto)";
+    if (!why.empty()) {
+      logger().warn("train.cuda_graph: training eagerly because {}", why);
+      graph_->disabled = true;
+    }
+  }
+  GraphedStep& g = *graph_;
+  if (g.disabled) return std::nullopt;
+  if (batch.size() != config_.data.batch_size) {
+    // A short batch (data.drop_last: false) has another shape: run it eagerly.
+    if (g.active) {
+      logger().debug("train.cuda_graph: batch {} has {} samples; stepping it eagerly", batch.index,
+                     batch.size());
+    }
+    return std::nullopt;
+  }
+  const at::cuda::CUDAStream ambient = at::cuda::getCurrentCUDAStream(device_.index());
+  if (!g.side) g.side = at::cuda::getStreamFromPool(false, device_.index());
+  auto order = [](const at::cuda::CUDAStream& first, const at::cuda::CUDAStream& then) {
+    at::cuda::CUDAEvent event;
+    event.record(first);
+    event.block(then);
+  };
+
+  if (!g.active && g.warmup_done < GraphedStep::kWarmup) {
+    // Warm-up steps run eagerly on the side stream, where the capture will run.
+    order(ambient, *g.side);
+    torch::Tensor loss;
+    {
+      c10::cuda::CUDAStreamGuard on_side(*g.side);
+      loss = eager_step(batch, 1);
+    }
+    order(*g.side, ambient);
+    ++g.warmup_done;
+    return loss;
+  }
+
+  if (!g.active) {
+    try {
+      g.input = batch.input.clone();
+      g.target = batch.target.clone();
+      set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
+      optimizer_->zero_grad(/*set_to_none=*/true);  // backward allocates them in the graph's pool
+      c10::cuda::device_synchronize();
+      {
+        c10::cuda::CUDAStreamGuard on_side(*g.side);
+        g.graph = std::make_unique<at::cuda::CUDAGraph>();
+        g.graph->capture_begin();
+        g.loss = compute_loss(forward(g.input), g.target);
+        backward(g.loss, 1);
+        if (config_.train.grad_clip_norm > 0) {
+          scaler_->unscale(*optimizer_);
+          clip_grad_norm(params_, config_.train.grad_clip_norm);
+        }
+        scaler_->step(*optimizer_);
+        scaler_->update();
+        g.graph->capture_end();
+      }
+      c10::cuda::device_synchronize();
+      g.active = true;
+      logger().info("train.cuda_graph: captured the training step at step {}; replaying it from now on",
+                    state_.step);
+    } catch (const std::exception& e) {
+      // End a capture left open by the failure, so that the stream is usable again.
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(g.side->stream(), &status) == cudaSuccess &&
+          status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(g.side->stream(), &broken);
+        if (broken != nullptr) cudaGraphDestroy(broken);
+      }
+      (void)cudaGetLastError();
+      std::string why = e.what();
+      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly",
+                    why.substr(0, why.find('\n')));
+      g.disabled = true;
+      scaler_->abandon_step();
+      optimizer_->zero_grad(/*set_to_none=*/true);
+      return std::nullopt;
+    }
+    // The capture recorded the work without doing it: the replay below trains on this batch.
+  }
+
+  set_learning_rate(*optimizer_, lr_at(state_.step));
+  g.input.copy_(batch.input, /*non_blocking=*/true);
+  g.target.copy_(batch.target, /*non_blocking=*/true);
+  g.graph->replay();
+  micro_batches_ = 0;
+  ++state_.step;
+  return g.loss.detach().clone();
+}
+#else
+struct Trainer::GraphedStep {};
+std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch&) {
+  if (!graph_) {
+    graph_ = std::make_unique<GraphedStep>();
+    logger().warn("train.cuda_graph: training eagerly because this build of Stoker has no CUDA parts");
+  }
+  return std::nullopt;
+}
+#endif
+
+bool Trainer::graph_active() const {
+#ifdef STOKER_WITH_CUDA
+  return graph_ && graph_->active;
+#else
+  return false;
+#endif
+}
+
+Trainer::~Trainer() = default;
 
 EvalResult Trainer::evaluate() {
   torch::NoGradGuard no_grad;
@@ -152,7 +325,7 @@ EvalResult Trainer::evaluate() {
 FitResult Trainer::fit() {
   FitResult result;
   const double fit_start = now_s();
-  const int64_t batches = steps_per_epoch();
+  const int64_t batches = train_->num_batches();
   STOKER_CHECK(state_.batch_in_epoch >= 0 && state_.batch_in_epoch <= batches,
                "cannot continue at batch {} of an epoch of {} batches; the checkpoint was made with "
                "another data.batch_size or data set",
@@ -182,8 +355,11 @@ FitResult Trainer::fit() {
       if (!batch) break;
       StepInfo info;
       info.lr = lr_at(state_.step);
+      const int64_t steps_before = state_.step;
       info.loss = train_step(*batch);
-      state_.batch_in_epoch = batch->index + 1;
+      info.optimizer_step = state_.step != steps_before;
+      // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
+      if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;
       loss_sum += info.loss;
       ++loss_count;
       samples += batch->size();
@@ -197,7 +373,7 @@ FitResult Trainer::fit() {
       info.data_seconds = t1 - t0;
       info.step_seconds = now_s() - t0;
       for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
-      if (stop_requested_.load() && state_.batch_in_epoch < batches) {
+      if (stop_requested_.load() && info.optimizer_step && state_.batch_in_epoch < batches) {
         result.interrupted = true;
         break;
       }
@@ -211,6 +387,10 @@ FitResult Trainer::fit() {
     er.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
     er.data_wait = train_seconds > 0 ? data_seconds / train_seconds : 0;
     er.stages = train_->take_times();
+    if (scaler_->enabled()) {
+      er.loss_scale = scaler_->scale_value();
+      er.skipped_steps = scaler_->skipped_steps();
+    }
     er.test = evaluate();
     er.seconds = now_s() - epoch_start;
     for (auto& cb : callbacks_) cb->on_validation_end(*this, er);
@@ -226,16 +406,28 @@ FitResult Trainer::fit() {
 
 // ---- checkpoints ----------------------------------------------------------------------------------
 
+std::vector<CheckpointPart> Trainer::checkpoint_parts() {
+  std::vector<CheckpointPart> parts;
+  if (scaler_->enabled()) {
+    parts.push_back({"loss_scaler",
+                     [this](torch::serialize::OutputArchive& a) { scaler_->save(a); },
+                     [this](torch::serialize::InputArchive& a) { scaler_->load(a); }});
+  }
+  return parts;
+}
+
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
-  stoker::save_checkpoint(path, module(), *optimizer_, CheckpointContent{state_, config_to_yaml(config_)});
+  stoker::save_checkpoint(path, module(), *optimizer_, CheckpointContent{state_, config_to_yaml(config_)},
+                          checkpoint_parts());
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& path) {
-  const CheckpointContent content = stoker::load_checkpoint(path, module(), optimizer_.get(), device_);
-  STOKER_CHECK(content.state.batch_in_epoch <= steps_per_epoch(),
+  const CheckpointContent content =
+      stoker::load_checkpoint(path, module(), optimizer_.get(), device_, checkpoint_parts());
+  STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
                "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
                "with the data.batch_size and data set the run was started with",
-               path.string(), content.state.batch_in_epoch, steps_per_epoch());
+               path.string(), content.state.batch_in_epoch, train_->num_batches());
   state_ = content.state;
 }
 

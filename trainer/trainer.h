@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/nn/modules/container/any.h>
@@ -20,6 +22,9 @@
 #include "data/loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
+#include "trainer/grad_scaler.h"
+#include "trainer/optim.h"
+#include "trainer/precision.h"
 
 namespace stoker {
 
@@ -29,6 +34,9 @@ struct StepInfo {
   int64_t batch = 0;            // 0-based index of the batch within the epoch
   int64_t batches = 0;          // batches in the epoch
   int64_t step = 0;             // optimizer steps taken so far, this one included
+  // Whether this batch ended with an optimizer step (always, unless gradients are being
+  // accumulated over several batches and this was not the last of them).
+  bool optimizer_step = true;
   torch::Tensor loss;           // detached scalar; reading it synchronises with the device
   int64_t samples = 0;          // samples in this step
   double lr = 0;                // learning rate used for this step
@@ -50,6 +58,10 @@ struct EpochResult {
   double samples_per_s = 0;
   double data_wait = 0;  // share of the epoch's training time spent waiting for data
   data::StageTimes stages;  // the training loader's per-stage times for the epoch
+  // fp16-mixed: the loss scale at the end of the epoch and the optimizer steps skipped so far
+  // because of inf/NaN gradients (0 and 1 without loss scaling).
+  double loss_scale = 1.0;
+  int64_t skipped_steps = 0;
 };
 
 struct FitResult {
@@ -76,16 +88,25 @@ class Trainer {
  public:
   Trainer(Config config, torch::nn::AnyModule model, std::shared_ptr<data::Loader> train,
           std::shared_ptr<data::Loader> test, torch::Device device);
+  ~Trainer();
 
   void add_callback(std::shared_ptr<Callback> callback);
 
   // ---- the steps ----
+  // The model under autocast (mixed precision) or on bf16 inputs (bf16-true).
   torch::Tensor forward(const torch::Tensor& input);
+  // Cross-entropy (with the configured label smoothing), computed in float32.
   torch::Tensor compute_loss(const torch::Tensor& logits, const torch::Tensor& target);
-  void backward(const torch::Tensor& loss);
-  // Sets the scheduled learning rate, clips, steps the optimizer, clears gradients.
+  // Backpropagates `loss` divided by the number of batches accumulated into this optimizer step
+  // (`accumulate` = 1: as it is), multiplied by the loss scale under fp16-mixed.
+  void backward(const torch::Tensor& loss, int64_t accumulate = 1);
+  // Sets the scheduled learning rate, unscales and clips the gradients, steps the optimizer (or
+  // skips the step when the loss scaler found inf/NaN), updates the loss scale, clears gradients.
   void optimizer_step();
-  // forward + loss + backward + optimizer_step on one batch; returns the detached loss.
+  // forward + loss + backward on one batch, and optimizer_step once the batch completes a group of
+  // train.accumulate_steps batches (counted from the start of the epoch, by batch.index; the last
+  // group of an epoch may be shorter). With train.cuda_graph on CUDA, the whole step is captured
+  // once and replayed. Returns the detached loss.
   torch::Tensor train_step(const data::Batch& batch);
 
   EvalResult evaluate();
@@ -105,8 +126,17 @@ class Trainer {
   torch::nn::Module& module() { return *model_.ptr(); }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   torch::Device device() const { return device_; }
-  int64_t steps_per_epoch() const { return train_->num_batches(); }
+  GradScaler& scaler() { return *scaler_; }
+  Precision precision() const { return precision_; }
+  // Batches per optimizer step.
+  int64_t accumulate_steps() const { return accumulate_; }
+  // Optimizer steps per epoch (batches / accumulate_steps, rounded up).
+  int64_t steps_per_epoch() const { return (train_->num_batches() + accumulate_ - 1) / accumulate_; }
   int64_t total_steps() const { return steps_per_epoch() * config_.train.epochs; }
+  // Findings of the sizing checks (trainer/sizing.h), logged as warnings by run_training.
+  const std::vector<std::string>& sizing_warnings() const { return sizing_warnings_; }
+  // Whether training steps run as a replayed CUDA graph (after the warm-up steps).
+  bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the configured schedule.
   double lr_at(int64_t step) const;
 
@@ -119,16 +149,25 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   TrainState state_;
   std::atomic<bool> stop_requested_{false};
+
+  Precision precision_ = Precision::kFp32;
+  int64_t accumulate_ = 1;
+  int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
+  std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
+  std::unique_ptr<GradScaler> scaler_;
+  std::vector<std::string> sizing_warnings_;
+  std::vector<CheckpointPart> checkpoint_parts();
+
+  // CUDA graph of the whole step (trainer/trainer.cpp: GraphedStep).
+  struct GraphedStep;
+  std::unique_ptr<GraphedStep> graph_;
+  torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
+  std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
 };
 
 // The learning rate at optimizer step `step` (0-based) of `total` steps: linear warm-up over
 // `warmup` steps to `base_lr`, then constant or cosine down to base_lr * final_lr_ratio.
 double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
                     int64_t total);
-
-// Builds the configured optimizer over `model`'s parameters, with weight decay off for 1-D
-// parameters (norm weights, biases) unless optimizer.decay_norm_and_bias is set.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
-                                                        torch::nn::Module& model);
 
 }  // namespace stoker

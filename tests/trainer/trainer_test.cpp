@@ -8,6 +8,7 @@
 #include "models/compact_resnet.h"
 #include "test_util.h"
 #include "trainer/run.h"
+#include "trainer/sizing.h"
 
 namespace stoker {
 namespace {
@@ -210,6 +211,222 @@ TEST(Optimizer, NoWeightDecayOnNormsAndBiases) {
   all.decay_norm_and_bias = true;
   all.type = "adamw";
   EXPECT_EQ(make_optimizer(all, *model.ptr())->param_groups().size(), 1u);
+}
+
+// ---- mixed precision, accumulation, sizing, CUDA graphs --------------------------------------------
+
+// A network without batch norm or dropout, so that the gradient of a batch does not depend on how
+// the batch is split.
+struct PlainNetImpl : torch::nn::Module {
+  PlainNetImpl()
+      : body(register_module("body", torch::nn::Sequential(
+                                         torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)),
+                                         torch::nn::ReLU(), torch::nn::Flatten(),
+                                         torch::nn::Linear(8 * 12 * 12, 10)))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return body->forward(x); }
+  torch::nn::Sequential body;
+};
+TORCH_MODULE(PlainNet);
+
+torch::nn::AnyModule plain_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::nn::AnyModule(PlainNet());
+}
+
+class MixedPrecisionTest : public TrainerTest {
+ protected:
+  Config config(int64_t batch) const {
+    Config c = stoker::testing::tiny_config(data_.path(), runs_.path());
+    c.data.batch_size = batch;
+    c.data.shuffle = false;
+    c.schedule.type = "constant";
+    c.schedule.warmup_epochs = 0;
+    return c;
+  }
+  std::unique_ptr<Trainer> trainer(const Config& c, uint64_t seed = 5) {
+    const torch::Device cpu(torch::kCPU);
+    return std::make_unique<Trainer>(c, plain_net(seed), make_loader(c, cpu, "train"),
+                                     make_loader(c, cpu, "test"), cpu);
+  }
+  static std::vector<data::Batch> batches(Trainer& t, const Config& c, int64_t n) {
+    auto loader = make_loader(c, torch::kCPU, "train");
+    loader->start_epoch(0);
+    std::vector<data::Batch> out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(*loader->next());
+    return out;
+  }
+};
+
+// Gradients of 4 micro-batches of 8, each loss divided by 4, equal the gradient of one batch of 32
+// (to float32 summation-order differences: rtol 1e-5, atol 1e-7); so do the parameters after two
+// optimizer steps with momentum and weight decay (rtol 1e-4, atol 1e-6).
+TEST_F(MixedPrecisionTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
+  Config small = config(8), large = config(32);
+  small.train.accumulate_steps = 4;
+  auto a = trainer(small), b = trainer(large);
+  EXPECT_EQ(a->accumulate_steps(), 4);
+  EXPECT_EQ(a->steps_per_epoch(), b->steps_per_epoch());
+
+  const auto micro = batches(*a, small, 8), big = batches(*b, large, 2);
+  for (int i = 0; i < 4; ++i) a->backward(a->compute_loss(a->forward(micro[i].input), micro[i].target), 4);
+  b->backward(b->compute_loss(b->forward(big[0].input), big[0].target));
+  auto pa = a->module().parameters(), pb = b->module().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pa[i].grad(), pb[i].grad(), 1e-5, 1e-7)) << "gradient " << i;
+  }
+
+  // Whole steps through train_step: the optimizer steps once per 4 micro-batches.
+  auto c = trainer(small), d = trainer(large);
+  for (int i = 0; i < 8; ++i) {
+    c->train_step(micro[i]);
+    EXPECT_EQ(c->state().step, (i + 1) / 4) << "after micro-batch " << i;
+  }
+  for (int i = 0; i < 2; ++i) d->train_step(big[i]);
+  EXPECT_EQ(d->state().step, 2);
+  auto pc = c->module().parameters(), pd = d->module().parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pc[i], pd[i], 1e-4, 1e-6)) << "parameter " << i;
+  }
+}
+
+TEST_F(MixedPrecisionTest, EffectiveBatchSizeDerivesAccumulationOrIsAClearError) {
+  Config c = config(8);
+  c.train.effective_batch_size = 32;
+  EXPECT_EQ(accumulate_steps_of(c), 4);
+  const std::string yaml = "data: {batch_size: 8}\ntrain: {effective_batch_size: 36}\n";
+  const std::string message = stoker::testing::error_of([&] { parse_config(yaml, "x.yaml"); });
+  EXPECT_CONTAINS(message, "train.effective_batch_size (36) must be a multiple of");
+  EXPECT_CONTAINS(message, "use 32 or 40");
+  EXPECT_CONTAINS(stoker::testing::error_of([&] {
+                    parse_config("data: {batch_size: 8}\ntrain: {effective_batch_size: 32, accumulate_steps: 2}\n", "x.yaml");
+                  }),
+                  "set only one of them");
+}
+
+// An epoch whose batch count is not a multiple of accumulate_steps ends with a shorter group,
+// which still steps: 640 / 32 = 20 batches, groups of 3 -> 7 optimizer steps per epoch.
+TEST_F(TrainerTest, AccumulationStepsOncePerGroupAndAtTheEndOfTheEpoch) {
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  request.config.train.accumulate_steps = 3;
+  request.config.train.epochs = 2;
+  const TrainOutcome out = run_training(request);
+  EXPECT_EQ(out.state.step, 2 * 7);
+  EXPECT_GT(out.final_test.top1, 0.5);
+}
+
+TEST_F(TrainerTest, Bf16MixedOnTheCpuLearns) {
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  request.config.train.precision = "bf16-mixed";
+  const TrainOutcome out = run_training(request);
+  EXPECT_GT(out.final_test.top1, 0.9) << "bf16-mixed did not learn an easy problem";
+}
+
+// fp16-mixed runs the whole loss-scaling path (on the CPU too); its state is in the checkpoint and
+// comes back on resume.
+TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  request.config.train.precision = "fp16-mixed";
+  request.config.train.loss_scale.init_scale = 1024;
+  request.config.train.loss_scale.growth_interval = 7;  // 20 steps per epoch: grows twice per epoch
+  request.config.train.grad_clip_norm = 5.0;            // unscale before clipping, in the loop
+  request.config.train.epochs = 2;
+  const TrainOutcome out = run_training(request);
+  EXPECT_GT(out.final_test.top1, 0.8) << "fp16-mixed did not learn an easy problem";
+  const auto metrics = lines_of(out.run_dir / "metrics.jsonl");
+  const double scale = number_after(metrics.back(), "loss_scale");
+  EXPECT_GE(scale, 1024.0 / 64) << "the scale collapsed";
+  EXPECT_NE(scale, 1024.0) << "the scale never changed";
+
+  const torch::Device cpu(torch::kCPU);
+  Config c = request.config;
+  Trainer resumed(c, models::create_model(models::ModelSpec{"compact_resnet", c.model.widths, c.model.blocks, c.model.dropout, 1, 10}),
+                  make_loader(c, cpu, "train"), make_loader(c, cpu, "test"), cpu);
+  EXPECT_EQ(resumed.scaler().scale_value(), 1024.0);
+  resumed.load_checkpoint(out.run_dir / "checkpoints" / "last.pt");
+  EXPECT_EQ(resumed.scaler().scale_value(), scale);
+}
+
+TEST(SizingChecks, NameEachSizeAndTheNearestBetterValue) {
+  EXPECT_EQ(nearest_multiple_of_8(100), 104);
+  EXPECT_EQ(nearest_multiple_of_8(99), 96);
+  EXPECT_EQ(nearest_multiple_of_8(3), 8);
+  EXPECT_EQ(nearest_power_of_two(100), 128);
+  EXPECT_EQ(nearest_power_of_two(90), 64);
+  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 12, 3)), torch::nn::Flatten(),
+                            torch::nn::Linear(12, 20), torch::nn::Linear(20, 10));
+  const auto findings = check_sizes(*net, 100, /*data_channels=*/3, /*num_classes=*/10);
+  ASSERT_EQ(findings.size(), 5u) << ::testing::PrintToString(findings);
+  EXPECT_CONTAINS(findings[0], "data.batch_size is 100");
+  EXPECT_CONTAINS(findings[0], "128 or 104");
+  EXPECT_CONTAINS(findings[1], "layer '0': out_channels is 12, not a multiple of 8; 16");
+  EXPECT_CONTAINS(findings[2], "layer '2': in_features is 12");
+  EXPECT_CONTAINS(findings[3], "layer '2': out_features is 20, not a multiple of 8; 24");
+  EXPECT_CONTAINS(findings[4], "layer '3': in_features is 20");
+  // The input channels (3) and the class count (10) are the data's, not the user's: no finding
+  // for them. Told the data has 12 channels and 20 classes, layer 0's input (3) and layer 3's
+  // output (10) are findings too, and layer 2's output (20) is not.
+  const auto other = check_sizes(*net, 64, 12, 20);
+  ASSERT_EQ(other.size(), 5u) << ::testing::PrintToString(other);
+  EXPECT_CONTAINS(other[0], "in_channels is 3");
+  EXPECT_CONTAINS(other[4], "out_features is 10");
+}
+
+TEST_F(TrainerTest, StrictSizesTurnsFindingsIntoAnError) {
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  request.config.model.widths = {12, 16};
+  request.config.data.batch_size = 30;
+  request.config.train.strict_sizes = true;
+  const std::string message = stoker::testing::error_of([&] { run_training(request); });
+  EXPECT_CONTAINS(message, "train.strict_sizes is on and");
+  EXPECT_CONTAINS(message, "data.batch_size is 30");
+  EXPECT_CONTAINS(message, "out_channels is 12");
+  request.config.train.strict_sizes = false;  // warnings only: it trains
+  request.config.train.epochs = 1;
+  EXPECT_EQ(run_training(request).state.epoch, 1);
+}
+
+TEST_F(TrainerTest, CudaGraphWithoutCudaTrainsEagerly) {
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  request.config.train.cuda_graph = true;
+  request.config.train.epochs = 1;
+  const TrainOutcome out = run_training(request);
+  EXPECT_EQ(out.state.step, 640 / 32);
+}
+
+// On a GPU: the graph-captured step gives the same parameters as eager steps on the same batches
+// (rtol 1e-3: cuDNN may pick other algorithms on the capture stream).
+TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (const char* precision : {"fp32", "bf16-mixed", "fp16-mixed"}) {
+    Config c = config(32);
+    c.run.device = "cuda";
+    c.train.precision = precision;
+    c.train.grad_clip_norm = 1.0;
+    Config g = c;
+    g.train.cuda_graph = true;
+    Trainer eager(c, plain_net(5), make_loader(c, gpu, "train"), make_loader(c, gpu, "test"), gpu);
+    Trainer graphed(g, plain_net(5), make_loader(g, gpu, "train"), make_loader(g, gpu, "test"), gpu);
+    auto loader = make_loader(c, gpu, "train");
+    loader->start_epoch(0);
+    for (int i = 0; i < 8; ++i) {
+      const data::Batch batch = *loader->next();
+      const double le = eager.train_step(batch).item<double>();
+      const double lg = graphed.train_step(batch).item<double>();
+      EXPECT_NEAR(lg, le, 1e-3 * std::max(1.0, std::abs(le))) << precision << " step " << i;
+    }
+    EXPECT_TRUE(graphed.graph_active()) << precision << ": the step was not captured";
+    auto pe = eager.module().parameters(), pg = graphed.module().parameters();
+    for (size_t i = 0; i < pe.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(pe[i], pg[i], 1e-3, 1e-5)) << precision << " parameter " << i;
+    }
+    EXPECT_EQ(graphed.state().step, 8);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,235 @@
+// Stoker's optimizers (fused, foreach, reference) against PyTorch's own SGD and AdamW, run live in
+// the libtorch venv's Python (tests/trainer/optim_golden.py), and gradient clipping.
+#include "trainer/optim.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+
+// Must match gradient() in optim_golden.py.
+torch::Tensor gradient(const torch::Tensor& p, int t) {
+  const torch::Tensor i = torch::arange(p.numel(), torch::kFloat32).reshape(p.sizes());
+  return 0.5 * torch::sin(0.7 * i + 1.3 * t) + 0.1 * p.detach();
+}
+
+std::vector<torch::Tensor> make_params() {
+  torch::Tensor p0 = ((torch::arange(12, torch::kFloat32).reshape({3, 4}) - 5.5) * 0.1).requires_grad_();
+  torch::Tensor p1 = torch::linspace(-0.3, 0.3, 4, torch::kFloat32).requires_grad_();
+  return {p0, p1};
+}
+
+struct Case {
+  std::string name;
+  std::string type;  // sgd | adamw
+  double momentum = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {{"sgd_momentum", "sgd", 0.9, false, 5e-4},
+                                        {"sgd_nesterov", "sgd", 0.9, true, 5e-4},
+                                        {"sgd_plain", "sgd", 0.0, false, 5e-4},
+                                        {"adamw", "adamw", 0, false, 0.05}};
+  return all;
+}
+
+std::unique_ptr<torch::optim::Optimizer> build(const Case& c, const std::vector<torch::Tensor>& p,
+                                               OptimizerImpl impl) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (c.type == "sgd") {
+    auto o = [&](double wd) { return torch::optim::SGDOptions(0.1).momentum(c.momentum).nesterov(c.nesterov).weight_decay(wd); };
+    groups.emplace_back(std::vector<torch::Tensor>{p[0]}, std::make_unique<torch::optim::SGDOptions>(o(c.weight_decay)));
+    groups.emplace_back(std::vector<torch::Tensor>{p[1]}, std::make_unique<torch::optim::SGDOptions>(o(0.0)));
+    return std::make_unique<SGD>(groups, o(c.weight_decay), impl);
+  }
+  auto o = [&](double wd) { return torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(wd); };
+  groups.emplace_back(std::vector<torch::Tensor>{p[0]}, std::make_unique<torch::optim::AdamWOptions>(o(c.weight_decay)));
+  groups.emplace_back(std::vector<torch::Tensor>{p[1]}, std::make_unique<torch::optim::AdamWOptions>(o(0.0)));
+  return std::make_unique<AdamW>(groups, o(c.weight_decay), impl);
+}
+
+// Five steps with the learning rate lowered by 10% of the base each step, as the Python script does.
+std::vector<float> run(const Case& c, OptimizerImpl impl) {
+  std::vector<torch::Tensor> p = make_params();
+  auto opt = build(c, p, impl);
+  const double base = c.type == "sgd" ? 0.1 : 0.01;
+  for (int t = 0; t < 5; ++t) {
+    set_learning_rate(*opt, base * (1.0 - 0.1 * t));
+    for (auto& x : p) x.mutable_grad() = gradient(x, t);
+    opt->step();
+  }
+  std::vector<float> out;
+  for (const auto& x : p) {
+    const torch::Tensor flat = x.detach().flatten().contiguous();
+    out.insert(out.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+  }
+  return out;
+}
+
+const char* impl_name(OptimizerImpl impl) {
+  return impl == OptimizerImpl::kFused ? "fused" : impl == OptimizerImpl::kForeach ? "foreach" : "reference";
+}
+
+// All three implementations agree with each other to float32 rounding (1e-6).
+TEST(Optimizers, FusedForeachAndReferenceAgree) {
+  for (const Case& c : cases()) {
+    const std::vector<float> ref = run(c, OptimizerImpl::kReference);
+    for (OptimizerImpl impl : {OptimizerImpl::kFused, OptimizerImpl::kForeach}) {
+      const std::vector<float> got = run(c, impl);
+      ASSERT_EQ(got.size(), ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        EXPECT_NEAR(got[i], ref[i], 1e-6) << c.name << " " << impl_name(impl) << " value " << i;
+      }
+    }
+  }
+}
+
+// Golden values from PyTorch itself (relative 1e-5: the kernels order float32 operations differently).
+TEST(Optimizers, MatchPyTorchGoldenValues) {
+  std::string why;
+  const fs::path python = testing::venv_python(&why);
+  if (python.empty()) GTEST_SKIP() << why;
+  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "optim_golden.py";
+  const std::string command = "'" + python.string() + "' '" + script.string() + "' 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string text;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) text.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << command << "\n" << text;
+
+  std::map<std::string, std::vector<double>> golden;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    std::string name;
+    in >> name;
+    for (double v; in >> v;) golden[name].push_back(v);
+  }
+  for (const Case& c : cases()) {
+    ASSERT_TRUE(golden.count(c.name)) << "no golden line for " << c.name << " in:\n" << text;
+    const auto& want = golden[c.name];
+    for (OptimizerImpl impl : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kReference}) {
+      const std::vector<float> got = run(c, impl);
+      ASSERT_EQ(got.size(), want.size()) << c.name;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])))
+            << c.name << " " << impl_name(impl) << " value " << i;
+      }
+    }
+  }
+}
+
+// A skipped step (found_inf = 1) leaves parameters and optimizer state untouched, and the step
+// after it matches a run that never saw the bad step.
+TEST(Optimizers, FoundInfSkipsTheStepInEveryImplementation) {
+  for (const Case& c : cases()) {
+    for (OptimizerImpl impl : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kReference}) {
+      std::vector<torch::Tensor> p = make_params(), q = make_params();
+      auto a = build(c, p, impl), b = build(c, q, impl);
+      auto* amp = dynamic_cast<AmpStepOptimizer*>(a.get());
+      ASSERT_NE(amp, nullptr);
+      const torch::Tensor inf = torch::ones({1}), clean = torch::zeros({1});
+      for (int t = 0; t < 3; ++t) {
+        for (auto& x : p) x.mutable_grad() = gradient(x, t);
+        for (auto& x : q) x.mutable_grad() = gradient(x, t);
+        if (t == 1) {
+          const torch::Tensor before = p[0].detach().clone();
+          amp->step_amp(std::nullopt, inf);  // skipped: b does not step at t == 1 at all
+          EXPECT_TRUE(torch::equal(before, p[0].detach())) << c.name << " " << impl_name(impl);
+          continue;
+        }
+        amp->step_amp(std::nullopt, clean);
+        b->step();
+      }
+      EXPECT_TRUE(torch::allclose(p[0], q[0], 1e-6, 1e-7)) << c.name << " " << impl_name(impl);
+      EXPECT_TRUE(torch::allclose(p[1], q[1], 1e-6, 1e-7)) << c.name << " " << impl_name(impl);
+    }
+  }
+}
+
+// grad_scale: the gradients arrive multiplied by S and the step divides them.
+TEST(Optimizers, GradScaleIsDividedOut) {
+  for (const Case& c : cases()) {
+    for (OptimizerImpl impl : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kReference}) {
+      std::vector<torch::Tensor> p = make_params(), q = make_params();
+      auto a = build(c, p, impl), b = build(c, q, impl);
+      const torch::Tensor scale = torch::full({1}, 1024.0f);
+      for (int t = 0; t < 3; ++t) {
+        for (auto& x : p) x.mutable_grad() = gradient(x, t) * 1024.0;
+        for (auto& x : q) x.mutable_grad() = gradient(x, t);
+        dynamic_cast<AmpStepOptimizer&>(*a).step_amp(scale, torch::zeros({1}));
+        b->step();
+      }
+      EXPECT_TRUE(torch::allclose(p[0], q[0], 1e-5, 1e-6)) << c.name << " " << impl_name(impl);
+    }
+  }
+}
+
+TEST(Optimizers, CheckpointRoundTripKeepsAdamWStepCount) {
+  const Case& c = cases().back();
+  std::vector<torch::Tensor> p = make_params();
+  auto a = build(c, p, OptimizerImpl::kFused);
+  for (int t = 0; t < 3; ++t) {
+    for (auto& x : p) x.mutable_grad() = gradient(x, t);
+    a->step();
+  }
+  torch::serialize::OutputArchive out;
+  a->save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+
+  // A fresh optimizer loaded from the archive continues exactly as the original.
+  std::vector<torch::Tensor> q;
+  for (const auto& x : p) q.push_back(x.detach().clone().requires_grad_());
+  auto b = build(c, q, OptimizerImpl::kFused);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  b->load(in);
+  for (auto* opt : {a.get(), b.get()}) {
+    auto& params = opt == a.get() ? p : q;
+    for (auto& x : params) x.mutable_grad() = gradient(x, 3);
+    opt->step();
+  }
+  EXPECT_TRUE(torch::allclose(p[0], q[0], 1e-7, 1e-8));
+  EXPECT_TRUE(torch::allclose(p[1], q[1], 1e-7, 1e-8));
+}
+
+TEST(ClipGradNorm, ScalesToTheMaxNormAndReportsTheNormBefore) {
+  std::vector<torch::Tensor> p = make_params();
+  p[0].mutable_grad() = torch::full({3, 4}, 3.0);  // norm sqrt(12 * 9) = 10.392
+  p[1].mutable_grad() = torch::full({4}, 4.0);     // norm 8
+  const double norm = std::sqrt(12 * 9.0 + 4 * 16.0);
+  const torch::Tensor before = clip_grad_norm(p, 1.0);
+  EXPECT_NEAR(before.item<double>(), norm, 1e-4);
+  const double after = std::sqrt(p[0].grad().pow(2).sum().item<double>() + p[1].grad().pow(2).sum().item<double>());
+  EXPECT_NEAR(after, 1.0, 1e-5);
+  EXPECT_NEAR(p[0].grad()[0][0].item<double>(), 3.0 / norm, 1e-6);  // direction kept
+
+  // Below the limit nothing changes.
+  const torch::Tensor g = p[0].grad().clone();
+  clip_grad_norm(p, 100.0);
+  EXPECT_TRUE(torch::allclose(p[0].grad(), g));
+}
+
+TEST(Optimizers, UnknownImplementationIsAClearError) {
+  const std::string message = testing::error_of([] { resolve_optimizer_impl("turbo", torch::kCPU); });
+  EXPECT_CONTAINS(message, "optimizer.implementation 'turbo'");
+  EXPECT_CONTAINS(message, "fused");
+  EXPECT_EQ(resolve_optimizer_impl("auto", torch::kCPU), OptimizerImpl::kForeach);
+  EXPECT_EQ(resolve_optimizer_impl("auto", torch::Device(torch::kCUDA, 0)), OptimizerImpl::kFused);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,311 @@
+#include "trainer/optim.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace stoker {
+namespace {
+
+struct GroupTensors {
+  std::vector<torch::Tensor> params, grads;
+};
+
+// The parameters of a group that have a gradient, with their gradients.
+GroupTensors with_grads(const torch::optim::OptimizerParamGroup& group) {
+  GroupTensors t;
+  for (const auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    t.params.push_back(p);
+    t.grads.push_back(p.grad());
+  }
+  return t;
+}
+
+torch::Device device_of(const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  for (const auto& g : groups) {
+    if (!g.params().empty()) return g.params().front().device();
+  }
+  return torch::kCPU;
+}
+
+// Whether the step must be skipped, read on the host (foreach/reference paths).
+bool host_found_inf(const std::optional<torch::Tensor>& found_inf) {
+  return found_inf && found_inf->item<float>() != 0.0f;
+}
+
+// Gradients divided by grad_scale, as new tensors (foreach path: the parameters' .grad is left as is).
+std::vector<torch::Tensor> unscaled(const std::vector<torch::Tensor>& grads,
+                                    const std::optional<torch::Tensor>& grad_scale) {
+  if (!grad_scale) return grads;
+  return at::_foreach_div(grads, grad_scale->reshape({}).to(grads.front().scalar_type()));
+}
+
+}  // namespace
+
+OptimizerImpl resolve_optimizer_impl(const std::string& name, torch::Device device) {
+  if (name == "auto") return device.is_cuda() ? OptimizerImpl::kFused : OptimizerImpl::kForeach;
+  if (name == "fused") return OptimizerImpl::kFused;
+  if (name == "foreach") return OptimizerImpl::kForeach;
+  if (name == "reference") return OptimizerImpl::kReference;
+  STOKER_FAIL("optimizer.implementation '{}' is not known; use auto, fused, foreach or reference", name);
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
+         OptimizerImpl impl)
+    : torch::optim::SGD(groups, defaults), impl_(impl) {
+  const torch::Device device = device_of(param_groups());
+  if (impl_ == OptimizerImpl::kFused && device.is_cuda()) {
+    lr_ = torch::full({}, defaults.lr(), torch::TensorOptions().device(device).dtype(torch::kFloat32));
+  }
+}
+
+void SGD::set_lr(double lr) {
+  for (auto& group : param_groups()) group.options().set_lr(lr);
+  if (lr_.defined()) lr_.fill_(lr);
+}
+
+torch::Tensor SGD::step(LossClosure closure) {
+  if (impl_ == OptimizerImpl::kReference) return torch::optim::SGD::step(std::move(closure));
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  step_amp(std::nullopt, std::nullopt);
+  return loss;
+}
+
+void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
+                   const std::optional<torch::Tensor>& found_inf) {
+  torch::NoGradGuard no_grad;
+  if (impl_ == OptimizerImpl::kReference) {
+    if (host_found_inf(found_inf)) return;
+    if (grad_scale) {
+      for (auto& group : param_groups()) {
+        for (auto& p : group.params()) {
+          if (p.grad().defined()) p.grad().div_(*grad_scale);
+        }
+      }
+    }
+    torch::optim::SGD::step();
+    return;
+  }
+  if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    TORCH_CHECK(o.dampening() == 0, "stoker::SGD supports dampening 0 only");
+    GroupTensors t = with_grads(group);
+    if (t.params.empty()) continue;
+    // Momentum buffers start at zero: with dampening 0 the first step then gives buf = grad,
+    // exactly as PyTorch's first-step initialisation does.
+    std::vector<torch::Tensor> bufs;
+    if (o.momentum() != 0) {
+      for (const auto& p : t.params) {
+        auto& slot = state_[p.unsafeGetTensorImpl()];
+        if (!slot) {
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          slot = std::move(s);
+        }
+        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
+      }
+    }
+    if (impl_ == OptimizerImpl::kFused) {
+      if (lr_.defined()) {
+        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), lr_, 0.0, o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
+      } else {
+        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), o.lr(), 0.0,
+                        o.nesterov(), /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
+      }
+      continue;
+    }
+    // foreach
+    std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
+    if (o.weight_decay() != 0) grads = at::_foreach_add(grads, t.params, o.weight_decay());
+    std::vector<torch::Tensor> direction = grads;
+    if (o.momentum() != 0) {
+      at::_foreach_mul_(bufs, o.momentum());
+      at::_foreach_add_(bufs, grads);
+      direction = o.nesterov() ? at::_foreach_add(grads, bufs, o.momentum()) : bufs;
+    }
+    at::_foreach_add_(t.params, direction, -o.lr());
+  }
+}
+
+// ---- AdamW --------------------------------------------------------------------------------------
+
+AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+             OptimizerImpl impl)
+    : torch::optim::AdamW(groups, defaults), impl_(impl) {
+  const torch::Device device = device_of(param_groups());
+  steps_ = torch::zeros({1}, torch::TensorOptions().device(device).dtype(torch::kFloat32));
+  if (impl_ == OptimizerImpl::kFused && device.is_cuda()) {
+    lr_ = torch::full({}, defaults.lr(), torch::TensorOptions().device(device).dtype(torch::kFloat32));
+  }
+}
+
+void AdamW::set_lr(double lr) {
+  for (auto& group : param_groups()) group.options().set_lr(lr);
+  if (lr_.defined()) lr_.fill_(lr);
+}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  if (impl_ == OptimizerImpl::kReference) return torch::optim::AdamW::step(std::move(closure));
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  step_amp(std::nullopt, std::nullopt);
+  return loss;
+}
+
+void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
+                     const std::optional<torch::Tensor>& found_inf) {
+  torch::NoGradGuard no_grad;
+  if (impl_ == OptimizerImpl::kReference) {
+    if (host_found_inf(found_inf)) return;
+    if (grad_scale) {
+      for (auto& group : param_groups()) {
+        for (auto& p : group.params()) {
+          if (p.grad().defined()) p.grad().div_(*grad_scale);
+        }
+      }
+    }
+    torch::optim::AdamW::step();
+    return;
+  }
+  if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
+  // One step counter for all parameters (they always step together); a skipped step takes it back.
+  steps_.add_(1);
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!o.amsgrad(), "stoker::AdamW does not support amsgrad");
+    GroupTensors t = with_grads(group);
+    if (t.params.empty()) continue;
+    std::vector<torch::Tensor> exp_avgs, exp_avg_sqs;
+    for (const auto& p : t.params) {
+      auto& slot = state_[p.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(s);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      exp_avgs.push_back(s.exp_avg());
+      exp_avg_sqs.push_back(s.exp_avg_sq());
+    }
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    if (impl_ == OptimizerImpl::kFused) {
+      const std::vector<torch::Tensor> steps(t.params.size(), steps_);
+      if (lr_.defined()) {
+        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lr_, beta1, beta2,
+                          o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                          found_inf);
+      } else {
+        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, o.lr(), beta1, beta2,
+                          o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                          found_inf);
+      }
+      continue;
+    }
+    // foreach (CPU: reading the step count costs nothing)
+    const double step = steps_.item<double>();
+    std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
+    if (o.weight_decay() != 0) at::_foreach_mul_(t.params, 1.0 - o.lr() * o.weight_decay());
+    at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
+    at::_foreach_mul_(exp_avg_sqs, beta2);
+    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
+    const double bias1 = 1.0 - std::pow(beta1, step);
+    const double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denom, bias2_sqrt);
+    at::_foreach_add_(denom, o.eps());
+    at::_foreach_addcdiv_(t.params, exp_avgs, denom, -o.lr() / bias1);
+  }
+  if (found_inf && impl_ == OptimizerImpl::kFused) steps_.sub_(*found_inf);
+}
+
+void AdamW::save(torch::serialize::OutputArchive& archive) const {
+  if (impl_ != OptimizerImpl::kReference) {
+    const auto step = static_cast<int64_t>(std::llround(steps_.item<double>()));
+    for (const auto& [key, state] : state_) static_cast<torch::optim::AdamWParamState&>(*state).step(step);
+  }
+  torch::optim::AdamW::save(archive);
+}
+
+void AdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::AdamW::load(archive);
+  int64_t step = 0;
+  for (const auto& [key, state] : state_) {
+    step = std::max(step, static_cast<torch::optim::AdamWParamState&>(*state).step());
+  }
+  steps_.fill_(static_cast<double>(step));
+}
+
+// ---- building -----------------------------------------------------------------------------------
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
+                                                        torch::nn::Module& model,
+                                                        torch::Device device) {
+  const OptimizerImpl impl = resolve_optimizer_impl(o.implementation, device);
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model.parameters()) {
+    if (!p.requires_grad()) continue;
+    (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
+  }
+  STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (o.type == "sgd") {
+    auto options = [&](double wd) {
+      return torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd);
+    };
+    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(options(o.weight_decay)));
+    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(options(0.0)));
+    return std::make_unique<SGD>(groups, options(o.weight_decay), impl);
+  }
+  if (o.type == "adamw") {
+    auto options = [&](double wd) {
+      return torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(wd);
+    };
+    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
+    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+    return std::make_unique<AdamW>(groups, options(o.weight_decay), impl);
+  }
+  STOKER_FAIL("optimizer.type '{}' is not known; use sgd or adamw", o.type);
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  if (auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer)) {
+    amp->set_lr(lr);
+    return;
+  }
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return torch::zeros({}, torch::kFloat32);
+  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  for (auto& n : norms) n = n.to(torch::kFloat32);
+  const torch::Tensor total = at::linalg_vector_norm(torch::stack(norms), 2);
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  // Group by dtype: _foreach_mul_ with a tensor scalar needs one dtype per call.
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
+  for (auto& [dtype, list] : by_dtype) at::_foreach_mul_(list, coef.to(dtype));
+  return total;
+}
+
+}  // namespace stoker

@@ -1,0 +1,94 @@
+// The optimizers the Trainer uses, and gradient clipping, without host synchronisation.
+//
+// stoker::SGD and stoker::AdamW are torch::optim::SGD / AdamW (same options, same state, same
+// checkpoint format) whose step runs on ATen's multi-tensor kernels instead of one small kernel
+// per parameter and operation:
+//   fused    `_fused_sgd_` / `_fused_adamw_`: one kernel over all parameters (CUDA and CPU). The
+//            learning rate lives in a device tensor on CUDA, so a captured CUDA graph follows the
+//            schedule; the loss scaler's S and inf flag go straight into the kernel.
+//   foreach  `_foreach_*` ops (a few kernels over all parameters); the default on the CPU.
+// `optimizer.implementation: reference` gives libtorch's own per-parameter optimizers instead (the
+// reference path of the equivalence tests).
+//
+// Semantics are PyTorch's: SGD with momentum, dampening 0, optional Nesterov and L2 weight decay
+// added to the gradient; AdamW with bias correction and decoupled weight decay.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include "trainer/config.h"
+
+namespace stoker {
+
+enum class OptimizerImpl { kFused, kForeach, kReference };
+
+// "auto" (fused on CUDA, foreach on the CPU) | "fused" | "foreach" | "reference".
+OptimizerImpl resolve_optimizer_impl(const std::string& name, torch::Device device);
+
+// Implemented by Stoker's optimizers: a step that takes the loss scaler's tensors on the device and
+// a learning rate that can change without breaking a captured CUDA graph.
+class AmpStepOptimizer {
+ public:
+  virtual ~AmpStepOptimizer() = default;
+  // grad_scale: the gradients are still multiplied by it (the step divides them);
+  // found_inf: a float [1] tensor; when it is nonzero the step changes nothing.
+  virtual void step_amp(const std::optional<torch::Tensor>& grad_scale,
+                        const std::optional<torch::Tensor>& found_inf) = 0;
+  // Sets the learning rate of every parameter group (on the device too, for the fused kernels).
+  virtual void set_lr(double lr) = 0;
+};
+
+class SGD : public torch::optim::SGD, public AmpStepOptimizer {
+ public:
+  SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
+      OptimizerImpl impl);
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_amp(const std::optional<torch::Tensor>& grad_scale,
+                const std::optional<torch::Tensor>& found_inf) override;
+  void set_lr(double lr) override;
+
+ private:
+  OptimizerImpl impl_;
+  torch::Tensor lr_;  // the learning rate on the parameters' device (fused, CUDA)
+};
+
+class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
+ public:
+  AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+        OptimizerImpl impl);
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_amp(const std::optional<torch::Tensor>& grad_scale,
+                const std::optional<torch::Tensor>& found_inf) override;
+  void set_lr(double lr) override;
+  // The step counts live in a device tensor while training; these keep the checkpointed
+  // AdamWParamState::step in agreement with it.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  OptimizerImpl impl_;
+  torch::Tensor lr_;
+  torch::Tensor steps_;  // float32 [1] on the parameters' device: steps taken (skipped ones excluded)
+};
+
+// Builds the configured optimizer over `model`'s trainable parameters, with weight decay off for
+// 1-D parameters (norm weights, biases) unless optimizer.decay_norm_and_bias is set.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        torch::nn::Module& model,
+                                                        torch::Device device = torch::kCPU);
+
+// Sets the learning rate of every parameter group of any optimizer.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+// Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`.
+// Returns the norm before clipping as a float32 device tensor; nothing waits for the host.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace stoker

@@ -1,0 +1,73 @@
+#include "trainer/precision.h"
+
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+
+#include "common/error.h"
+
+namespace stoker {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  if (name == "bf16-mixed") return Precision::kBf16Mixed;
+  if (name == "fp16-mixed") return Precision::kFp16Mixed;
+  if (name == "bf16-true") return Precision::kBf16True;
+  STOKER_FAIL("train.precision '{}' is not known; use fp32, tf32, bf16-mixed, fp16-mixed or bf16-true",
+              name);
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::kFp16Mixed: return "fp16-mixed";
+    case Precision::kBf16True: return "bf16-true";
+  }
+  return "?";
+}
+
+bool is_mixed(Precision p) { return p == Precision::kBf16Mixed || p == Precision::kFp16Mixed; }
+
+c10::ScalarType autocast_dtype(Precision p) {
+  if (p == Precision::kBf16Mixed) return c10::ScalarType::BFloat16;
+  if (p == Precision::kFp16Mixed) return c10::ScalarType::Half;
+  return c10::ScalarType::Float;
+}
+
+bool needs_loss_scaling(Precision p) { return p == Precision::kFp16Mixed; }
+
+c10::ScalarType parameter_dtype(Precision p) {
+  return p == Precision::kBf16True ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+}
+
+std::string apply_global_precision(Precision precision) {
+  const bool tf32 = precision != Precision::kFp32;
+  at::globalContext().setAllowTF32CuBLAS(tf32);
+  at::globalContext().setAllowTF32CuDNN(tf32);
+  return fmt::format("precision: {} (TF32 tensor cores {} for float32 matmuls and convolutions on CUDA{})",
+                     precision_name(precision), tf32 ? "allowed" : "off",
+                     is_mixed(precision) ? fmt::format("; autocast to {}", c10::toString(autocast_dtype(precision)))
+                                         : "");
+}
+
+AutocastGuard::AutocastGuard(c10::Device device, Precision precision) : type_(device.type()) {
+  if (!is_mixed(precision)) return;
+  active_ = true;
+  prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+  prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::set_autocast_dtype(type_, autocast_dtype(precision));
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  // As torch.autocast.__exit__: drop the cache of casted weights when the outermost region ends.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, prev_enabled_);
+  at::autocast::set_autocast_dtype(type_, prev_dtype_);
+}
+
+}  // namespace stoker
