@@ -4,6 +4,7 @@
 //   trainer [train] --config configs/fashion_mnist.yaml [--set key.path=value]... [--resume RUN]
 //   trainer --config configs/fashion_mnist.yaml --print-config
 //   trainer bench-data --config configs/fashion_mnist.yaml [--batches N] [--split train|test]
+//   trainer bench-step --config bench/step_resnet50.yaml [--steps N] [--set train.precision=bf16-mixed]
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,10 +28,12 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: trainer [train] --config FILE [options]
        trainer bench-data --config FILE [--set ...] [--batches N] [--split train|test]
+       trainer bench-step --config FILE [--set ...] [--steps N]
 
 train (the default) trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml.
 bench-data runs the recipe's data pipeline alone, without a model, and reports samples/s, the
-time of each stage and the CPU it used.
+time of each stage and the CPU it used. bench-step times the training step alone (forward,
+backward, optimizer) on one batch already on the device, with the recipe's model and precision.
 
 options:
   --config FILE          the recipe (required)
@@ -42,6 +45,7 @@ options:
   --split train|test     bench-data: which loader to time (default train)
   --output float|uint8   bench-data: normalised float batches as training gets them (default), or
                          the uint8 batches as built (to compare with loaders that output uint8)
+  --steps N              bench-step: steps to time (default 50, after 10 warm-up steps)
   -h, --help             this text
 
 exit status: 0 done, 1 error, 2 bad command line, 130 stopped by a signal (resume with --resume)
@@ -51,6 +55,7 @@ struct Args {
   std::string command = "train";
   std::string config;
   int64_t batches = 200;
+  int64_t steps = 50;
   std::string split = "train";
   std::string output = "float";
   std::vector<std::string> overrides;
@@ -67,7 +72,7 @@ Args parse_args(int argc, char** argv) {
   Args args;
   std::vector<std::string> a(argv + 1, argv + argc);
   size_t i = 0;
-  if (i < a.size() && (a[i] == "train" || a[i] == "bench-data")) args.command = a[i++];
+  if (i < a.size() && (a[i] == "train" || a[i] == "bench-data" || a[i] == "bench-step")) args.command = a[i++];
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= a.size()) throw UsageError(flag + " needs a value");
     return a[++i];
@@ -95,6 +100,14 @@ Args parse_args(int argc, char** argv) {
         args.batches = 0;
       }
       if (args.batches <= 0) throw UsageError("--batches takes a positive number, not '" + v + "'");
+    } else if (arg == "--steps") {
+      const std::string v = value(arg);
+      try {
+        args.steps = std::stoll(v);
+      } catch (const std::exception&) {
+        args.steps = 0;
+      }
+      if (args.steps <= 0) throw UsageError("--steps takes a positive number, not '" + v + "'");
     } else if (arg == "--split") {
       args.split = value(arg);
       if (args.split != "train" && args.split != "test") throw UsageError("--split takes train or test");
@@ -156,6 +169,29 @@ int bench_data(const Args& args, const stoker::Config& config) {
   return 0;
 }
 
+int bench_step(const Args& args, const stoker::Config& config) {
+  auto& log = stoker::logger();
+  log.info("bench-step: {} (model {}, precision {}, channels_last {}, cuda_graph {}, batch {})", args.config,
+           config.model.type, config.train.precision, config.train.channels_last, config.train.cuda_graph,
+           config.data.batch_size);
+  const stoker::StepBenchResult r = stoker::bench_train_step(config, args.steps);
+  std::printf("ms/step   %10.3f   (%lld steps in %.2f s on %s%s)\n", r.ms_per_step, (long long)r.steps,
+              r.seconds, r.device.c_str(), r.graph ? ", CUDA graph replays" : "");
+  std::printf("samples/s %10.1f\n", r.samples_per_s);
+  std::printf("%s\n", stoker::JsonLine()
+                          .add("model", config.model.type)
+                          .add("precision", config.train.precision)
+                          .add("channels_last", config.train.channels_last)
+                          .add("cuda_graph", r.graph)
+                          .add("batch_size", r.batch_size)
+                          .add("ms_per_step", r.ms_per_step)
+                          .add("samples_per_s", r.samples_per_s)
+                          .add("device", r.device)
+                          .str()
+                          .c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   stoker::Config config = stoker::load_config(args.config, args.overrides);
@@ -164,6 +200,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (args.command == "bench-data") return bench_data(args, config);
+  if (args.command == "bench-step") return bench_step(args, config);
   stoker::TrainRequest request;
   request.config = config;
   if (args.resume) request.resume = *args.resume;

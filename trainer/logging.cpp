@@ -98,6 +98,12 @@ JsonLine& JsonLine::add(const std::string& k, const std::string& value) {
   return *this;
 }
 
+JsonLine& JsonLine::add(const std::string& k, bool value) {
+  key(k);
+  body_ += value ? "true" : "false";
+  return *this;
+}
+
 MetricsWriter::MetricsWriter(const std::filesystem::path& path)
     : path_(path), out_(path, std::ios::app) {
   STOKER_CHECK(out_.good(), "cannot open {} for writing metrics", path.string());

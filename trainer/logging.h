@@ -27,6 +27,7 @@ class JsonLine {
   JsonLine& add(const std::string& key, double value);
   JsonLine& add(const std::string& key, int64_t value);
   JsonLine& add(const std::string& key, const std::string& value);
+  JsonLine& add(const std::string& key, bool value);
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

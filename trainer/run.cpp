@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <cmath>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -211,6 +212,49 @@ TrainOutcome run_training(const TrainRequest& request) {
     outcome.final_test = trainer.evaluate();  // nothing left to train: report the model as it is
   }
   return outcome;
+}
+
+StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup) {
+  STOKER_CHECK(steps > 0 && warmup >= 0, "bench-step needs steps > 0 and warmup >= 0");
+  const torch::Device device = resolve_device(config.run.device);
+  configure_threads(config.run.threads, 0, device.is_cpu());
+  torch::manual_seed(config.run.seed);
+  apply_global_precision(parse_precision(config.train.precision));
+  Loaders loaders = make_loaders(config, device);
+  models::ModelSpec spec;
+  spec.type = config.model.type;
+  spec.widths = config.model.widths;
+  spec.blocks = config.model.blocks;
+  spec.dropout = config.model.dropout;
+  spec.in_channels = loaders.in_channels;
+  spec.num_classes = config.data.num_classes;
+  Trainer trainer(config, models::create_model(spec), loaders.train, loaders.test, device);
+  for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);
+  loaders.train->start_epoch(0);
+  std::optional<data::Batch> batch = loaders.train->next();
+  STOKER_CHECK(batch.has_value(), "bench-step: the training data gave no batch");
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
+  trainer.module().train();
+  for (int64_t i = 0; i < warmup; ++i) trainer.train_step(*batch);
+  sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  torch::Tensor loss;
+  for (int64_t i = 0; i < steps; ++i) loss = trainer.train_step(*batch);
+  sync();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  STOKER_CHECK(std::isfinite(loss.item<double>()), "bench-step: the loss became {} while timing",
+               loss.item<double>());
+  StepBenchResult r;
+  r.steps = steps;
+  r.batch_size = batch->size();
+  r.seconds = seconds;
+  r.ms_per_step = 1e3 * seconds / static_cast<double>(steps);
+  r.samples_per_s = static_cast<double>(steps * batch->size()) / seconds;
+  r.graph = trainer.graph_active();
+  r.device = device.str();
+  return r;
 }
 
 }  // namespace stoker

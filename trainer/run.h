@@ -48,6 +48,21 @@ struct Loaders {
 };
 Loaders make_loaders(const Config& config, torch::Device device);
 
+// Step-time benchmark: the recipe's model, optimizer and precision trained on one batch of its data
+// that is already on the device, so that only the training step is timed (forward, backward,
+// optimizer; replayed as a CUDA graph with train.cuda_graph). `warmup` untimed steps come first
+// (a CUDA graph is captured during them).
+struct StepBenchResult {
+  int64_t steps = 0;
+  int64_t batch_size = 0;
+  double seconds = 0;
+  double ms_per_step = 0;
+  double samples_per_s = 0;
+  bool graph = false;  // the timed steps were graph replays
+  std::string device;
+};
+StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup = 10);
+
 // Creates `<run.dir>/<run.name>/<timestamp>/` (never reusing an existing folder) and checks that
 // it is writable.
 std::filesystem::path create_run_dir(const RunOptions& run);

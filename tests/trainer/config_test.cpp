@@ -95,8 +95,8 @@ TEST(Config, ChoicesAreListed) {
 TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
             "recipe.yaml: optimizer.momentun at line 3: unknown key 'momentun' in section "
-            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, lr, momentum, nesterov, "
-            "type, weight_decay");
+            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, implementation, lr, momentum, "
+            "nesterov, type, weight_decay");
   const std::string msg = error_of("trainer:\n  epochs: 3\n");
   EXPECT_NE(msg.find("recipe.yaml: trainer at line 1: unknown section 'trainer'; known sections:"),
             std::string::npos) << msg;

@@ -323,6 +323,22 @@ TEST_F(TrainerTest, Bf16MixedOnTheCpuLearns) {
   EXPECT_GT(out.final_test.top1, 0.9) << "bf16-mixed did not learn an easy problem";
 }
 
+// bf16-true: parameters, gradients and optimizer state are bfloat16; it still learns.
+TEST_F(MixedPrecisionTest, Bf16TrueKeepsEverythingInBfloat16AndLearns) {
+  Config c = config(32);
+  c.train.precision = "bf16-true";
+  auto t = trainer(c);
+  for (const auto& p : t->module().parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  const auto all = batches(*t, c, 20);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (const auto& b : all) t->train_step(b);
+  }
+  for (const auto& p : t->module().parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_GT(t->evaluate().top1, 0.8) << "bf16-true did not learn an easy problem";
+}
+
 // fp16-mixed runs the whole loss-scaling path (on the CPU too); its state is in the checkpoint and
 // comes back on resume.
 TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
