@@ -21,16 +21,6 @@ stoker_require(Torch_FOUND "libtorch (torch==2.11.0)"
   "Run ./stoker.sh build (installs it into ~/.cache/stoker), or point CMake at your own libtorch with -DTorch_DIR=/path/to/libtorch/share/cmake/Torch or -DCMAKE_PREFIX_PATH=/path/to/libtorch.")
 message(STATUS "Stoker: libtorch ${Torch_VERSION} from ${Torch_DIR}")
 
-# Torch's compile flags (the C++ ABI setting) travel with an interface target of ours, so that
-# every Stoker target and every consumer gets them.
-add_library(stoker_torch_flags INTERFACE)
-add_library(stoker::torch_flags ALIAS stoker_torch_flags)
-separate_arguments(_torch_cxx_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
-target_compile_options(stoker_torch_flags INTERFACE ${_torch_cxx_flags})
-# libtorch.so exports its own, older copy of std::filesystem (remove_all there jumps to null). Load
-# libstdc++ first so that the program's std::filesystem calls bind to the real one.
-target_link_options(stoker_torch_flags INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
-
 # ---- CUDA -------------------------------------------------------------------------------------------
 set(_torch_has_cuda OFF)
 if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
@@ -72,38 +62,14 @@ find_package(JPEG QUIET)
 stoker_require(JPEG_FOUND "libjpeg (libjpeg-turbo)" "${_apt} libjpeg62-turbo-dev")
 find_package(PNG QUIET)
 stoker_require(PNG_FOUND "libpng" "${_apt} libpng-dev")
-# OpenCV core + imgproc only (Debian ships their CMake config with the whole of libopencv-dev, which
-# drags in ~180 MB of codecs and GUI libraries Stoker never uses), so find the two libraries directly.
-find_path(STOKER_OPENCV_INCLUDE_DIR opencv2/imgproc.hpp PATH_SUFFIXES opencv4)
-find_library(STOKER_OPENCV_CORE_LIBRARY opencv_core)
-find_library(STOKER_OPENCV_IMGPROC_LIBRARY opencv_imgproc)
-set(_opencv_found OFF)
-if(STOKER_OPENCV_INCLUDE_DIR AND STOKER_OPENCV_CORE_LIBRARY AND STOKER_OPENCV_IMGPROC_LIBRARY)
-  set(_opencv_found ON)
+# stoker::torch_flags (torch's flags, libstdc++ first, the fmt/spdlog include shim) and OpenCV core +
+# imgproc: the installed package makes the same targets the same way (cmake/StokerImportedTargets.cmake).
+include(StokerImportedTargets)
+stoker_make_imported_targets("${CMAKE_BINARY_DIR}/stoker-include-shim" _missing)
+if(_missing)
+  message(FATAL_ERROR "Stoker needs ${_missing}, which was not found.")
 endif()
-stoker_require(_opencv_found "OpenCV core and imgproc" "${_apt} libopencv-core-dev libopencv-imgproc-dev")
-foreach(_part core imgproc)
-  string(TOUPPER ${_part} _PART)
-  add_library(stoker::opencv_${_part} UNKNOWN IMPORTED)
-  set_target_properties(stoker::opencv_${_part} PROPERTIES
-    IMPORTED_LOCATION "${STOKER_OPENCV_${_PART}_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${STOKER_OPENCV_INCLUDE_DIR}")
-endforeach()
 if(STOKER_BUILD_TESTS)
   find_package(GTest QUIET)
   stoker_require(GTest_FOUND "GoogleTest (or configure with -DSTOKER_BUILD_TESTS=OFF)" "${_apt} libgtest-dev")
 endif()
-
-# ---- keep fmt and spdlog paired -----------------------------------------------------------------
-# libtorch ships fmt 12 headers in its include folder, which comes first on the search path, while
-# Debian's spdlog 1.10 is built against the system fmt 9. A folder of links to the system fmt and
-# spdlog headers, added with -I (searched before libtorch's -isystem folders), keeps each library
-# with the headers it was built for. torch/torch.h itself includes no fmt header.
-get_target_property(_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-find_path(STOKER_FMT_INCLUDE_DIR fmt/format.h HINTS ${_fmt_include} NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
-find_path(STOKER_SPDLOG_INCLUDE_DIR spdlog/spdlog.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
-set(_shim "${CMAKE_BINARY_DIR}/stoker-include-shim")
-file(MAKE_DIRECTORY "${_shim}")
-file(CREATE_LINK "${STOKER_FMT_INCLUDE_DIR}/fmt" "${_shim}/fmt" SYMBOLIC)
-file(CREATE_LINK "${STOKER_SPDLOG_INCLUDE_DIR}/spdlog" "${_shim}/spdlog" SYMBOLIC)
-target_include_directories(stoker_torch_flags INTERFACE "$<BUILD_INTERFACE:${_shim}>")

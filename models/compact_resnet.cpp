@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/cifar_resnet.h"
 #include "models/resnet.h"
 
 namespace stoker::models {
@@ -80,6 +81,13 @@ Registry<ModelFactory>& model_registry() {
     });
     r->add("resnet101", [](const ModelSpec& s) {
       return nn::AnyModule(resnet101(s.num_classes, s.in_channels));
+    });
+    // CIFAR-style ResNets (models/cifar_resnet.h): only in_channels and num_classes matter.
+    r->add("cifar_resnet20", [](const ModelSpec& s) {
+      return nn::AnyModule(cifar_resnet20(s.num_classes, s.in_channels));
+    });
+    r->add("cifar_resnet56", [](const ModelSpec& s) {
+      return nn::AnyModule(cifar_resnet56(s.num_classes, s.in_channels));
     });
     return r;
   }();

@@ -57,5 +57,21 @@ TEST(ModelRegistry, BuildsCompactResNetAndAcceptsApplicationModels) {
             (std::vector<int64_t>{2, 5}));
 }
 
+TEST(ModelRegistry, UnknownTypeListsTheRegisteredModels) {
+  models::ModelSpec spec;
+  spec.type = "resnet21";
+  try {
+    models::create_model(spec);
+    FAIL() << "unknown model type accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("unknown model type 'resnet21'; known: ", 0), 0u) << message;
+    for (const char* name : {"cifar_resnet20", "cifar_resnet56", "compact_resnet", "resnet18",
+                             "resnet34", "resnet50", "resnet101"}) {
+      EXPECT_NE(message.find(name), std::string::npos) << "'" << message << "' lacks " << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stoker

@@ -1,0 +1,62 @@
+// CIFAR-style ResNets (models/cifar_resnet.h): the network and its initialisation.
+#include "models/cifar_resnet.h"
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "models/resnet.h"
+
+namespace stoker::models {
+namespace nn = torch::nn;
+
+CifarResNetImpl::CifarResNetImpl(int64_t depth, int64_t num_classes, int64_t in_channels) {
+  STOKER_CHECK(depth >= 8 && (depth - 2) % 6 == 0,
+               "a CIFAR ResNet has depth 6n + 2 (20, 32, 44, 56, 110, ...), got {}", depth);
+  STOKER_CHECK(num_classes > 0 && in_channels > 0,
+               "a CIFAR ResNet needs positive num_classes and in_channels, got {} and {}",
+               num_classes, in_channels);
+  const int64_t n = (depth - 2) / 6;
+  conv1 = register_module(
+      "conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 16, 3).stride(1).padding(1).bias(false)));
+  bn1 = register_module("bn1", nn::BatchNorm2d(16));
+  layer1 = register_module("layer1", make_stage(16, n, 1));
+  layer2 = register_module("layer2", make_stage(32, n, 2));
+  layer3 = register_module("layer3", make_stage(64, n, 2));
+  avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(1));
+  fc = register_module("fc", nn::Linear(inplanes_, num_classes));
+
+  torch::NoGradGuard no_grad;
+  for (const auto& m : modules(/*include_self=*/false)) {
+    if (auto* conv = m->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
+nn::Sequential CifarResNetImpl::make_stage(int64_t planes, int64_t blocks, int64_t stride) {
+  // Option B: a projection shortcut where the shape changes, the identity elsewhere.
+  nn::Sequential downsample{nullptr};
+  if (stride != 1 || inplanes_ != planes) {
+    downsample = nn::Sequential(
+        nn::Conv2d(nn::Conv2dOptions(inplanes_, planes, 1).stride(stride).bias(false)),
+        nn::BatchNorm2d(planes));
+  }
+  nn::Sequential stage;
+  stage->push_back(ResNetBasicBlock(inplanes_, planes, stride, downsample));
+  inplanes_ = planes;
+  for (int64_t i = 1; i < blocks; ++i) {
+    stage->push_back(ResNetBasicBlock(inplanes_, planes, 1, nullptr));
+  }
+  return stage;
+}
+
+torch::Tensor CifarResNetImpl::forward(const torch::Tensor& x) {
+  torch::Tensor out = torch::relu(bn1(conv1(x)));
+  out = layer3->forward(layer2->forward(layer1->forward(out)));
+  return fc(torch::flatten(avgpool(out), 1));
+}
+
+}  // namespace stoker::models
