@@ -16,6 +16,12 @@ if(NOT _stoker_cache)
 endif()
 file(GLOB _stoker_torch_hints
   "${_stoker_cache}/venv-torch-*/lib/python3*/site-packages/torch/share/cmake")
+# The GPU architectures Stoker's kernels are built for: Hopper (H100/H200) unless the user says
+# otherwise (-DCMAKE_CUDA_ARCHITECTURES="80;90"). Set before find_package(Torch), whose CUDA set-up
+# enables the CUDA language and would otherwise fix nvcc's default (sm_75) in the cache.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "GPU architectures for Stoker's CUDA kernels (default 90: H100/H200)")
+endif()
 find_package(Torch QUIET HINTS ${_stoker_torch_hints})
 stoker_require(Torch_FOUND "libtorch (torch==2.11.0)"
   "Run ./stoker.sh build (installs it into ~/.cache/stoker), or point CMake at your own libtorch with -DTorch_DIR=/path/to/libtorch/share/cmake/Torch or -DCMAKE_PREFIX_PATH=/path/to/libtorch.")
@@ -44,6 +50,16 @@ if(STOKER_CUDA STREQUAL "ON" AND NOT STOKER_WITH_CUDA)
 endif()
 if(STOKER_WITH_CUDA)
   message(STATUS "Stoker: CUDA parts ON: ${_why}")
+  # Torch's CUDA set-up (Caffe2/public/cuda.cmake) hides CMAKE_CUDA_ARCHITECTURES behind a normal
+  # variable set to OFF and appends -gencode flags for its own arch list to CMAKE_CUDA_FLAGS; that
+  # list starts at sm_50, which CUDA 13's nvcc no longer accepts. Drop both so that the cache value
+  # above decides. (Its warning about CMAKE_CUDA_ARCHITECTURES is expected.)
+  unset(CMAKE_CUDA_ARCHITECTURES)
+  string(REGEX REPLACE "-gencode[ =]+arch=[^ ]+" "" CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS}")
+  enable_language(CUDA)
+  # One CUDA runtime in the process: the shared one libtorch links.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  message(STATUS "Stoker: CUDA kernels for architecture(s) ${CMAKE_CUDA_ARCHITECTURES} (set CMAKE_CUDA_ARCHITECTURES to change)")
 else()
   message(STATUS "Stoker: CUDA parts OFF: ${_why}; training runs on the CPU")
 endif()

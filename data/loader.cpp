@@ -119,10 +119,14 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
     mean.push_back(static_cast<float>(o.mean[c] * 255.0));
     inv_std.push_back(static_cast<float>(1.0 / (o.std[c] * 255.0)));
   }
-  cpu_mean_ = mean;
-  cpu_inv_std_ = inv_std;
-  mean_ = torch::tensor(mean).view({1, channels_, 1, 1}).to(o.device);
-  inv_std_ = torch::tensor(inv_std).view({1, channels_, 1, 1}).to(o.device);
+  STOKER_CHECK(o.input_dtype == torch::kFloat32 || o.input_dtype == torch::kBFloat16 ||
+                   o.input_dtype == torch::kFloat16,
+               "the loader's input dtype must be float32, bfloat16 or float16, got {}",
+               c10::toString(o.input_dtype));
+  normalise_.mean = mean;
+  normalise_.inv_std = inv_std;
+  normalise_.dtype = o.input_dtype;
+  normalise_.channels_last = o.channels_last;
 
   // Buffers: the workers' window, the device prefetcher's, and one being handed out.
   pinned_ = o.device.is_cuda() && o.pin_memory;
@@ -416,12 +420,11 @@ Batch Loader::to_device(HostBatch& host) {
     // The host buffer is reused: hand out a copy.
     batch.input = cpu ? images.clone() : images.to(options_.device, /*non_blocking=*/pinned_);
   } else if (cpu) {
-    batch.input = normalise_on_cpu(images, cpu_mean_, cpu_inv_std_, options_.channels_last);
+    batch.input = normalise_on_cpu(images, normalise_.mean, normalise_.inv_std, options_.channels_last);
+    if (normalise_.dtype != torch::kFloat32) batch.input = batch.input.to(normalise_.dtype);
   } else {
-    // NHWC uint8 viewed as NCHW is channels-last; the float conversion keeps that layout.
-    torch::Tensor input = images.to(options_.device, /*non_blocking=*/pinned_).permute({0, 3, 1, 2});
-    batch.input = input.to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
-    if (!options_.channels_last) batch.input = batch.input.contiguous();
+    // On a GPU without the prefetcher (a build without Stoker's CUDA parts): ATen's reference path.
+    batch.input = kernels::preprocess_images(images.to(options_.device, /*non_blocking=*/pinned_), normalise_);
   }
   batch.target = cpu ? labels.clone() : labels.to(options_.device, pinned_);
   copy_ns_ += now_ns() - t0;
@@ -476,8 +479,8 @@ std::optional<Batch> Loader::next() {
     if (options_.output_uint8) {
       batch.input = f->images;
     } else {
-      batch.input = f->images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean_).mul_(inv_std_);
-      if (!options_.channels_last) batch.input = batch.input.contiguous();
+      // One fused kernel on the compute stream: uint8 NHWC -> normalised, in the requested layout.
+      batch.input = kernels::preprocess_images(f->images, normalise_);
     }
     batch.target = f->labels;
     copy_ns_ += now_ns() - t0;

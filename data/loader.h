@@ -3,7 +3,8 @@
 //   read (Dataset::read) -> decode (JPEG/PNG; only the planned region, scaled where it can)
 //   -> transform (crop/resize/flip on uint8, written straight into the sample's slot of a batch buffer)
 //   -> [device prefetcher: copy of the uint8 batch on a side CUDA stream, `device_prefetch` deep]
-//   -> uint8 -> float, normalised, on the device (4x fewer bytes cross the bus than float would)
+//   -> uint8 -> float, normalised, on the device (4x fewer bytes cross the bus than float would), in
+//      one fused kernel (kernels/preprocess.h)
 //
 // `workers` threads build whole batches (0 = the calling thread does), with up to
 // `prefetch_factor` batches in flight per worker, handed out in order. Batch buffers are allocated
@@ -30,6 +31,7 @@
 
 #include "data/dataset.h"
 #include "data/transforms.h"
+#include "kernels/preprocess.h"
 
 namespace stoker::data {
 
@@ -49,6 +51,9 @@ struct LoaderOptions {
   std::vector<double> mean{0.0};  // per channel, 0..1 scale
   std::vector<double> std{1.0};
   bool channels_last = false;  // hand out inputs in channels-last memory format
+  // The inputs' dtype: float32, or bfloat16 / float16 for mixed-precision training (half the bytes;
+  // normalised in float32, then rounded once).
+  torch::ScalarType input_dtype = torch::kFloat32;
   // Hand out the uint8 batch as built, [B, H, W, C], without conversion or normalisation (for
   // benchmarks that compare with loaders producing uint8, and for code that normalises itself).
   bool output_uint8 = false;
@@ -58,7 +63,7 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  torch::Tensor input;   // float [B, C, H, W], normalised, on the device (uint8 [B, H, W, C] with output_uint8)
+  torch::Tensor input;   // input_dtype [B, C, H, W], normalised, on the device (uint8 [B, H, W, C] with output_uint8)
   torch::Tensor target;  // int64 [B], on the device
   int64_t index = 0;     // batch index within the epoch
   const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
@@ -121,8 +126,7 @@ class Loader {
   int64_t channels_ = 0, out_height_ = 0, out_width_ = 0;
   size_t shard_size_ = 0;
   bool pinned_ = false;
-  torch::Tensor mean_, inv_std_;  // [1, C, 1, 1] on the device, folded with 1/255
-  std::vector<float> cpu_mean_, cpu_inv_std_;  // the same, for the CPU path
+  kernels::PreprocessOptions normalise_;  // mean and 1/std per channel, folded with 255; dtype, layout
 
   // The epoch being served: sample order and progress.
   std::shared_ptr<const std::vector<int64_t>> order_;

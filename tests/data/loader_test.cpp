@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace stoker::data {
 namespace {
@@ -275,6 +276,28 @@ TEST(Loader, RejectsMismatchedNormalisation) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 channel(s) but normalisation has 3 mean"), std::string::npos) << e.what();
   }
+}
+
+TEST(Loader, InputDtypeOnlyRoundsTheFloat32Result) {
+  std::vector<uint8_t> pixels(8 * 5 * 5 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 7) % 256);
+  auto set = std::make_shared<TensorImageDataset>(pixels, std::vector<int64_t>(8, 1), 5, 5, 3, 10, "test");
+  LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.shuffle = false;
+  lo.mean = {0.5, 0.4, 0.3};
+  lo.std = {0.2, 0.25, 0.3};
+  Loader f32(set, lo);
+  lo.input_dtype = torch::kBFloat16;
+  Loader bf16(set, lo);
+  f32.start_epoch(0);
+  bf16.start_epoch(0);
+  const torch::Tensor a = f32.next()->input, b = bf16.next()->input;
+  EXPECT_EQ(a.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(b.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(a.to(torch::kBFloat16), b));
+  lo.input_dtype = torch::kInt64;
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { Loader bad(set, lo); }), "input dtype must be float32, bfloat16 or float16");
 }
 
 TEST(LoaderGpu, PinnedBuffersAndPrefetchMatchTheCpuPath) {
