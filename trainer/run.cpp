@@ -84,6 +84,12 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   l.mean = d.mean;
   l.std = d.std;
   l.channels_last = config.train.channels_last;
+  // Mixed and bf16-true precision get their inputs in the compute dtype straight from the loader
+  // (half the bytes; autocast would round them to it anyway at the first layer).
+  const Precision precision = parse_precision(config.train.precision);
+  if (is_mixed(precision) || precision == Precision::kBf16True) {
+    l.input_dtype = is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision);
+  }
   l.device = device;
   l.output_uint8 = output_uint8;
   l.warn = [](const std::string& message) { logger().warn("{}", message); };
