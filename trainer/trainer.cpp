@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "trainer/evaluate.h"
 
 namespace stoker {
 namespace {
@@ -27,17 +28,6 @@ void to_channels_last(torch::nn::Module& model) {
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
-
-double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
-                    int64_t total) {
-  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (schedule.type == "constant") return base_lr;
-  // cosine from base_lr (first step after warm-up) down to base_lr * final_lr_ratio (last step).
-  const double span = std::max<int64_t>(1, total - warmup - 1);
-  const double t = std::min(1.0, static_cast<double>(step - warmup) / span);
-  const double floor = base_lr * schedule.final_lr_ratio;
-  return floor + (base_lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
-}
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
                                                         torch::nn::Module& model) {
@@ -88,9 +78,7 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 }
 
 double Trainer::lr_at(int64_t step) const {
-  const auto warmup = static_cast<int64_t>(std::llround(config_.schedule.warmup_epochs *
-                                                        static_cast<double>(steps_per_epoch())));
-  return scheduled_lr(config_.schedule, config_.optimizer.lr, step, warmup, total_steps());
+  return scheduled_lr(config_.schedule, effective_lr(config_), step, steps_per_epoch(), config_.train.epochs);
 }
 
 // ---- the steps ------------------------------------------------------------------------------------
@@ -114,6 +102,7 @@ void Trainer::optimizer_step() {
   optimizer_->step();
   optimizer_->zero_grad();
   ++state_.step;
+  if (ema_) ema_->update(module());
 }
 
 torch::Tensor Trainer::train_step(const data::Batch& batch) {
@@ -125,26 +114,17 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
 }
 
 EvalResult Trainer::evaluate() {
-  torch::NoGradGuard no_grad;
   module().eval();
-  test_->start_epoch(0);
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
-  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().device(device_).dtype(torch::kInt64));
-  int64_t samples = 0;
-  while (std::optional<data::Batch> batch = test_->next()) {
-    const torch::Tensor logits = forward(batch->input);
-    loss_sum += torch::nn::functional::cross_entropy(
-        logits, batch->target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    correct += logits.argmax(1).eq(batch->target).sum();
-    samples += batch->size();
-  }
+  const EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *test_);
   test_->take_times();  // evaluation's data times are not the training epoch's
   module().train();
-  EvalResult result;
-  result.samples = samples;
-  result.loss = loss_sum.item<double>() / static_cast<double>(samples);
-  result.top1 = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples);
   return result;
+}
+
+EvalResult Trainer::evaluate_ema() {
+  STOKER_CHECK(ema_ != nullptr, "evaluate_ema() needs an EMA of the weights; set train.ema_decay");
+  EmaWeightsInModel swap(*ema_, module());
+  return evaluate();
 }
 
 // ---- the loop -------------------------------------------------------------------------------------
@@ -212,12 +192,17 @@ FitResult Trainer::fit() {
     er.data_wait = train_seconds > 0 ? data_seconds / train_seconds : 0;
     er.stages = train_->take_times();
     er.test = evaluate();
+    if (ema_) er.ema_test = evaluate_ema();
     er.seconds = now_s() - epoch_start;
     for (auto& cb : callbacks_) cb->on_validation_end(*this, er);
     state_.epoch = epoch + 1;
     state_.batch_in_epoch = 0;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, er);
     result.epochs.push_back(er);
+    if (finish_requested_.load() && state_.epoch < config_.train.epochs) {
+      result.stopped_early = true;
+      break;
+    }
   }
   result.seconds = now_s() - fit_start;
   for (auto& cb : callbacks_) cb->on_fit_end(*this, result);
@@ -227,7 +212,14 @@ FitResult Trainer::fit() {
 // ---- checkpoints ----------------------------------------------------------------------------------
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
-  stoker::save_checkpoint(path, module(), *optimizer_, CheckpointContent{state_, config_to_yaml(config_)});
+  CheckpointContent content;
+  content.state = state_;
+  content.config_yaml = config_to_yaml(config_);
+  if (ema_) {
+    content.ema = ema_->named_tensors();
+    content.ema_updates = ema_->updates();
+  }
+  stoker::save_checkpoint(path, module(), *optimizer_, content);
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& path) {
@@ -237,6 +229,8 @@ void Trainer::load_checkpoint(const std::filesystem::path& path) {
                "with the data.batch_size and data set the run was started with",
                path.string(), content.state.batch_in_epoch, steps_per_epoch());
   state_ = content.state;
+  // A checkpoint without an EMA (train.ema_decay was 0) starts one from the weights at the next step.
+  if (ema_ && !content.ema.empty()) ema_->load(content.ema, content.ema_updates, module(), path.string());
 }
 
 }  // namespace stoker
