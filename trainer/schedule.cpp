@@ -26,7 +26,8 @@ double one_cycle_lr(const ScheduleOptions& s, double max_lr, int64_t step, int64
                s.pct_start, total);
   const double t = static_cast<double>(step);
   if (t <= peak) return anneal_cos(initial, max_lr, t / peak);
-  return anneal_cos(max_lr, min_lr, (t - peak) / (static_cast<double>(total) - 1.0 - peak));
+  // Past the last step (torch raises there) it stays at its floor.
+  return anneal_cos(max_lr, min_lr, std::min(1.0, (t - peak) / (static_cast<double>(total) - 1.0 - peak)));
 }
 
 }  // namespace

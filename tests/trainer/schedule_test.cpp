@@ -77,6 +77,7 @@ TEST(Schedule, OneCycleRisesToTheLrAtPctStartThenAnnealsToItsFloor) {
   EXPECT_NEAR(c.back(), 1.0 / 20 / 50, 1e-15);
   for (size_t i = 1; i <= 9; ++i) EXPECT_GT(c[i], c[i - 1]) << "step " << i;
   for (size_t i = 10; i < c.size(); ++i) EXPECT_LT(c[i], c[i - 1]) << "step " << i;
+  EXPECT_NEAR(scheduled_lr(s, 1.0, 45, 10, 4), c.back(), 1e-15) << "past the end: stays at the floor";
   s.pct_start = 0.01;  // 0.4 steps to warm up in
   EXPECT_THROW(scheduled_lr(s, 1.0, 0, 10, 4), Error);
 }
