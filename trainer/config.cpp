@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "models/compact_resnet.h"
+#include "trainer/schedule.h"
 
 namespace stoker {
 namespace {
@@ -153,7 +154,11 @@ void visit_config(C& c, V& v) {
     v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
   });
   v.section("schedule", [&] {
-    v.field("type", c.schedule.type, one_of({"constant", "cosine", "step", "one_cycle"}));
+    Rule known_schedule = non_empty();
+    known_schedule.expected =
+        fmt::format("a registered schedule type ({})", fmt::join(schedule_registry().names(), ", "));
+    known_schedule.accepts = [](const std::string& s) { return schedule_registry().contains(s); };
+    v.field("type", c.schedule.type, known_schedule);
     v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
     v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
     v.field("milestones", c.schedule.milestones, items(at_least(1), 0));
@@ -494,9 +499,9 @@ void check_consistency(const Config& c, const std::string& source) {
     fail(fmt::format("schedule.milestones is used by schedule.type: step only, not {}; remove it",
                      c.schedule.type));
   }
-  if (c.schedule.type == "one_cycle" && c.schedule.warmup_epochs > 0) {
-    fail("schedule.type: one_cycle warms up by itself (schedule.pct_start); set "
-         "schedule.warmup_epochs: 0");
+  if (schedule_registry().get(c.schedule.type).own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0",
+                     c.schedule.type, c.schedule.type == "one_cycle" ? " (schedule.pct_start)" : ""));
   }
   auto check_ema_metric = [&](const char* key, const std::string& metric) {
     if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {

@@ -11,15 +11,35 @@
 //                   lr / div_factor up to lr over pct_start of the run, then down to
 //                   lr / div_factor / final_div_factor; it has its own warm-up
 //
-// Schedules count optimizer steps. tests/trainer/schedule_golden.py computes the same curves with
+// Each type is an entry of schedule_registry(); applications may register more. Schedules count
+// optimizer steps. tests/trainer/schedule_golden.py computes the same curves with
 // torch.optim.lr_scheduler; tests/trainer/schedule_test.cpp compares them.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
+#include "common/registry.h"
 #include "trainer/config.h"
 
 namespace stoker {
+
+// The steps a schedule spans, in optimizer steps.
+struct ScheduleSpan {
+  int64_t steps_per_epoch = 1;
+  int64_t total = 1;   // steps_per_epoch * train.epochs
+  int64_t warmup = 0;  // round(schedule.warmup_epochs * steps_per_epoch); 0 with own_warmup
+};
+
+// A schedule.type: its learning rate at `step` (0-based, past the warm-up unless own_warmup).
+struct ScheduleType {
+  std::function<double(const ScheduleOptions&, double base_lr, int64_t step, const ScheduleSpan&)> lr;
+  bool own_warmup = false;  // the linear warm-up does not apply; schedule.warmup_epochs must be 0
+};
+
+// The schedule types by name: constant, cosine, step, one_cycle; applications may add their own
+// (they are then accepted as schedule.type, reading the schedule.* keys they need).
+Registry<ScheduleType>& schedule_registry();
 
 // The learning rate for optimizer step `step` (0-based) of a run of `epochs` epochs of
 // `steps_per_epoch` optimizer steps each, reaching `base_lr` after the warm-up.

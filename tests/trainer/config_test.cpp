@@ -208,8 +208,8 @@ checkpoint: {best_metric: test_top5}
   EXPECT_EQ(error_of("schedule: {pct_start: 1}\n"),
             "recipe.yaml: schedule.pct_start at line 1: expected a number in (0, 1), got \"1\"");
   EXPECT_EQ(error_of("schedule: {type: linear}\n"),
-            "recipe.yaml: schedule.type at line 1: expected one of: constant, cosine, step, one_cycle, "
-            "got \"linear\"");
+            "recipe.yaml: schedule.type at line 1: expected a registered schedule type (constant, "
+            "cosine, one_cycle, step), got \"linear\"");
   EXPECT_EQ(error_of("train: {ema_decay: 1}\n"),
             "recipe.yaml: train.ema_decay at line 1: expected a number in [0, 1), got \"1\"");
   EXPECT_EQ(error_of("checkpoint: {best_metric: ema_test_top1}\n"),

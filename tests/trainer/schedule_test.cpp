@@ -95,6 +95,24 @@ TEST(Schedule, LinearScalingWithTheGlobalBatch) {
   EXPECT_DOUBLE_EQ(effective_lr(c), 0.05);
 }
 
+TEST(Schedule, ApplicationsRegisterTheirOwn) {
+  if (!schedule_registry().contains("test_halving")) {
+    schedule_registry().add("test_halving", {[](const ScheduleOptions&, double lr, int64_t step, const ScheduleSpan& span) {
+      return lr * std::pow(0.5, static_cast<double>(step / span.steps_per_epoch));
+    }});
+  }
+  ScheduleOptions s;
+  s.type = "test_halving";
+  s.warmup_epochs = 1;
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 0, 4, 3), 0.25);  // the warm-up applies
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 9, 4, 3), 0.25);
+  EXPECT_EQ(parse_config("schedule: {type: test_halving}\n", "r.yaml").schedule.type, "test_halving");
+  EXPECT_THROW(schedule_registry().add("cosine", {}), Error);
+  s.type = "nonesuch";
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { scheduled_lr(s, 1.0, 0, 4, 3); }),
+                  "unknown schedule type 'nonesuch'; known: constant, cosine, one_cycle, step");
+}
+
 // ---- against PyTorch -------------------------------------------------------------------------
 
 fs::path venv_python() {
