@@ -5,6 +5,8 @@
 //   trainer --config configs/fashion_mnist.yaml --print-config
 //   trainer bench-data --config configs/fashion_mnist.yaml [--batches N] [--split train|test]
 //   trainer bench-step --config bench/step_resnet50.yaml [--steps N] [--set train.precision=bf16-mixed]
+//   trainer eval --config configs/fashion_mnist.yaml --checkpoint runs/.../checkpoints/best.pt
+//   trainer predict --checkpoint runs/.../checkpoints/best.pt [--top 3] image.png...
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "common/error.h"
 #include "trainer/callbacks.h"
 #include "trainer/config.h"
+#include "trainer/evaluate.h"
 #include "trainer/logging.h"
 #include "trainer/run.h"
 
@@ -29,11 +32,17 @@ namespace {
 constexpr const char* kUsage = R"(usage: trainer [train] --config FILE [options]
        trainer bench-data --config FILE [--set ...] [--batches N] [--split train|test]
        trainer bench-step --config FILE [--set ...] [--steps N]
+       trainer eval --config FILE --checkpoint FILE [--set ...]
+       trainer predict --checkpoint FILE [--config FILE] [--set ...] [--top K] [--ema] IMAGE...
 
 train (the default) trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml.
 bench-data runs the recipe's data pipeline alone, without a model, and reports samples/s, the
 time of each stage and the CPU it used. bench-step times the training step alone (forward,
 backward, optimizer) on one batch already on the device, with the recipe's model and precision.
+eval reports a checkpoint's test loss, top-1 and top-5 on the recipe's test split (and those of
+its EMA weights, when it has them), as text and then one JSON line.
+predict classifies JPEG/PNG files with a checkpoint, through the eval transforms of its saved
+config (or of --config), and prints `IMAGE: class (probability), ...` for the K likeliest classes.
 
 options:
   --config FILE          the recipe (required)
@@ -46,6 +55,9 @@ options:
   --output float|uint8   bench-data: normalised float batches as training gets them (default), or
                          the uint8 batches as built (to compare with loaders that output uint8)
   --steps N              bench-step: steps to time (default 50, after 10 warm-up steps)
+  --checkpoint FILE      eval, predict: the checkpoint (a .pt file or a run directory's last.pt)
+  --top K                predict: classes to print per image (default 5)
+  --ema                  predict: use the checkpoint's EMA weights (train.ema_decay)
   -h, --help             this text
 
 exit status: 0 done, 1 error, 2 bad command line, 130 stopped by a signal (resume with --resume)
@@ -62,6 +74,10 @@ struct Args {
   std::optional<std::string> resume;
   bool print_config = false;
   std::string progress = "auto";
+  std::string checkpoint;
+  int64_t top = 5;
+  bool ema = false;
+  std::vector<std::string> images;  // predict
 };
 
 struct UsageError : std::runtime_error {
@@ -72,7 +88,10 @@ Args parse_args(int argc, char** argv) {
   Args args;
   std::vector<std::string> a(argv + 1, argv + argc);
   size_t i = 0;
-  if (i < a.size() && (a[i] == "train" || a[i] == "bench-data" || a[i] == "bench-step")) args.command = a[i++];
+  if (i < a.size() && (a[i] == "train" || a[i] == "bench-data" || a[i] == "bench-step" || a[i] == "eval" ||
+                       a[i] == "predict")) {
+    args.command = a[i++];
+  }
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= a.size()) throw UsageError(flag + " needs a value");
     return a[++i];
@@ -114,6 +133,20 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--output") {
       args.output = value(arg);
       if (args.output != "float" && args.output != "uint8") throw UsageError("--output takes float or uint8");
+    } else if (arg == "--checkpoint") {
+      args.checkpoint = value(arg);
+    } else if (arg == "--top") {
+      const std::string v = value(arg);
+      try {
+        args.top = std::stoll(v);
+      } catch (const std::exception&) {
+        args.top = 0;
+      }
+      if (args.top <= 0) throw UsageError("--top takes a positive number, not '" + v + "'");
+    } else if (arg == "--ema") {
+      args.ema = true;
+    } else if (args.command == "predict" && (arg.empty() || arg[0] != '-')) {
+      args.images.push_back(arg);
     } else if (arg == "--print-config") {
       args.print_config = true;
     } else if (arg == "--progress") {
@@ -125,7 +158,13 @@ Args parse_args(int argc, char** argv) {
       throw UsageError("unknown argument '" + arg + "'");
     }
   }
-  if (args.config.empty()) throw UsageError("--config FILE is required");
+  const bool uses_checkpoint = args.command == "eval" || args.command == "predict";
+  if (args.config.empty() && args.command != "predict") throw UsageError("--config FILE is required");
+  if (uses_checkpoint && args.checkpoint.empty()) {
+    throw UsageError(args.command + " needs --checkpoint FILE");
+  }
+  if (!uses_checkpoint && !args.checkpoint.empty()) throw UsageError("--checkpoint is for eval and predict");
+  if (args.command == "predict" && args.images.empty()) throw UsageError("predict needs one or more image files");
   return args;
 }
 
@@ -192,8 +231,51 @@ int bench_step(const Args& args, const stoker::Config& config) {
   return 0;
 }
 
+std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
+
+int eval(const Args& args, const stoker::Config& config) {
+  const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  const stoker::CheckpointEvaluation e = stoker::evaluate_checkpoint(config, checkpoint);
+  std::printf("checkpoint %s (%lld epoch(s) done, step %lld)\n", checkpoint.c_str(), (long long)e.state.epoch,
+              (long long)e.state.step);
+  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples)\n", e.model.loss,
+              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples);
+  stoker::JsonLine json;
+  json.add("checkpoint", checkpoint.string())
+      .add("samples", e.model.samples)
+      .add("test_loss", e.model.loss)
+      .add("test_top1", e.model.top1)
+      .add("test_top5", e.model.top5);
+  if (e.ema) {
+    std::printf("EMA test   loss %.4f, top-1 %s, top-5 %s\n", e.ema->loss, percent(e.ema->top1).c_str(),
+                percent(e.ema->top5).c_str());
+    json.add("ema_test_loss", e.ema->loss).add("ema_test_top1", e.ema->top1).add("ema_test_top5", e.ema->top5);
+  }
+  std::printf("%s\n", json.str().c_str());
+  return 0;
+}
+
+int predict(const Args& args) {
+  stoker::PredictRequest request;
+  request.checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  if (!args.config.empty()) request.config_file = args.config;
+  request.overrides = args.overrides;
+  request.images.assign(args.images.begin(), args.images.end());
+  request.top_k = args.top;
+  request.use_ema = args.ema;
+  for (const stoker::ImagePrediction& p : stoker::predict_images(request)) {
+    std::vector<std::string> classes;
+    for (size_t i = 0; i < p.classes.size(); ++i) {
+      classes.push_back(fmt::format("{} ({:.4f})", p.classes[i], p.probabilities[i]));
+    }
+    std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
+  if (args.command == "predict") return predict(args);
   stoker::Config config = stoker::load_config(args.config, args.overrides);
   if (args.print_config) {
     std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
@@ -201,6 +283,7 @@ int run(int argc, char** argv) {
   }
   if (args.command == "bench-data") return bench_data(args, config);
   if (args.command == "bench-step") return bench_step(args, config);
+  if (args.command == "eval") return eval(args, config);
   stoker::TrainRequest request;
   request.config = config;
   if (args.resume) request.resume = *args.resume;
@@ -218,9 +301,15 @@ int run(int argc, char** argv) {
   log.info("run directory:   {}", out.run_dir.string());
   log.info("epochs done:     {} of {} ({} optimizer steps)", state.epoch, config.train.epochs, state.step);
   if (out.final_test.samples > 0) {
-    log.info("final test:      top-1 {:.2f}%, loss {:.4f} ({} samples)", 100.0 * out.final_test.top1,
-             out.final_test.loss, out.final_test.samples);
+    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples)",
+             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss,
+             out.final_test.samples);
   }
+  if (out.final_ema_test.samples > 0) {
+    log.info("final EMA test:  top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f}", 100.0 * out.final_ema_test.top1,
+             100.0 * out.final_ema_test.top5, out.final_ema_test.loss);
+  }
+  if (out.fit.stopped_early) log.info("stopped early:   train.early_stopping (see the log above)");
   if (state.best_epoch >= 0) {
     log.info("best {}:  {:.4f} at epoch {} (checkpoints/best.pt)", config.checkpoint.best_metric,
              state.best_metric, state.best_epoch + 1);

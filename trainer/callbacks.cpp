@@ -7,6 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "common/error.h"
+#include "trainer/evaluate.h"
+
 namespace stoker {
 
 // ---- metrics and progress ---------------------------------------------------------------------------
@@ -62,23 +65,30 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
 
 void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
   if (progress_) progress_->finish_line();
-  writer_.write(JsonLine()
-                    .add("kind", std::string("epoch"))
-                    .add("epoch", r.epoch)
-                    .add("step", trainer.state().step)
-                    .add("train_loss", r.train_loss)
-                    .add("test_loss", r.test.loss)
-                    .add("test_top1", r.test.top1)
-                    .add("epoch_seconds", r.seconds)
-                    .add("samples_per_s", r.samples_per_s)
-                    .add("data_wait", r.data_wait)
-                    .add("data_read_s", r.stages.read)
-                    .add("data_decode_s", r.stages.decode)
-                    .add("data_transform_s", r.stages.transform)
-                    .add("data_copy_s", r.stages.copy)
-                    .add("bad_samples", r.stages.bad_samples)
-                    .add("loss_scale", r.loss_scale)
-                    .add("skipped_steps", r.skipped_steps));
+  JsonLine line = JsonLine()
+                      .add("kind", std::string("epoch"))
+                      .add("epoch", r.epoch)
+                      .add("step", trainer.state().step)
+                      .add("train_loss", r.train_loss)
+                      .add("test_loss", r.test.loss)
+                      .add("test_top1", r.test.top1)
+                      .add("test_top5", r.test.top5)
+                      .add("epoch_seconds", r.seconds)
+                      .add("samples_per_s", r.samples_per_s)
+                      .add("data_wait", r.data_wait)
+                      .add("data_read_s", r.stages.read)
+                      .add("data_decode_s", r.stages.decode)
+                      .add("data_transform_s", r.stages.transform)
+                      .add("data_copy_s", r.stages.copy)
+                      .add("bad_samples", r.stages.bad_samples)
+                      .add("loss_scale", r.loss_scale)
+                      .add("skipped_steps", r.skipped_steps);
+  if (r.ema_test.samples > 0) {
+    line.add("ema_test_loss", r.ema_test.loss)
+        .add("ema_test_top1", r.ema_test.top1)
+        .add("ema_test_top5", r.ema_test.top5);
+  }
+  writer_.write(line);
   if (trainer.scaler().enabled()) {
     logger().info("epoch {}: loss scale {:g}, {} optimizer step(s) skipped so far for inf/NaN gradients",
                   r.epoch + 1, r.loss_scale, r.skipped_steps);
@@ -87,10 +97,16 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
     logger().warn("epoch {}: {} unreadable sample(s) skipped and replaced (see the log for their files)",
                   r.epoch + 1, r.stages.bad_samples);
   }
-  logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, {} "
-                "({:.0f} samples/s, data wait {:.1f}%)",
+  const std::string ema =
+      r.ema_test.samples > 0
+          ? fmt::format(", EMA: test loss {:.4f}, top-1 {:.2f}%, top-5 {:.2f}%", r.ema_test.loss,
+                        100.0 * r.ema_test.top1, 100.0 * r.ema_test.top5)
+          : "";
+  logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, top-5 {:.2f}%{}, "
+                "{} ({:.0f} samples/s, data wait {:.1f}%)",
                 r.epoch + 1, trainer.config().train.epochs, r.train_loss, r.test.loss,
-                100.0 * r.test.top1, format_duration(r.seconds), r.samples_per_s, 100.0 * r.data_wait);
+                100.0 * r.test.top1, 100.0 * r.test.top5, ema, format_duration(r.seconds),
+                r.samples_per_s, 100.0 * r.data_wait);
 }
 
 void MetricsCallback::on_fit_end(Trainer&, const FitResult&) {
@@ -121,10 +137,11 @@ void CheckpointCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) 
 void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
   const auto& options = trainer.config().checkpoint;
   TrainState& state = trainer.state();
-  const bool higher_is_better = options.best_metric == "test_top1";
-  const double value = higher_is_better ? r.test.top1 : r.test.loss;
-  const bool improved = std::isnan(state.best_metric) ||
-                        (higher_is_better ? value > state.best_metric : value < state.best_metric);
+  const bool higher = higher_is_better(options.best_metric);
+  const double value = epoch_metric(r, options.best_metric);
+  const bool improved = !std::isnan(value) &&
+                        (std::isnan(state.best_metric) ||
+                         (higher ? value > state.best_metric : value < state.best_metric));
   if (improved) {
     state.best_metric = value;
     state.best_epoch = r.epoch;
@@ -145,6 +162,37 @@ void CheckpointCallback::on_fit_end(Trainer& trainer, const FitResult& result) {
                   trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step,
                   (folder_ / "last.pt").string());
   }
+}
+
+// ---- early stopping ---------------------------------------------------------------------------------
+
+void EarlyStoppingCallback::on_validation_end(Trainer& trainer, const EpochResult& r) {
+  const EarlyStoppingOptions& o = trainer.config().train.early_stopping;
+  if (o.patience <= 0) return;
+  TrainState& state = trainer.state();
+  const double value = epoch_metric(r, o.metric);
+  STOKER_CHECK(!std::isnan(value), "train.early_stopping.metric {} has no value after epoch {}",
+               o.metric, r.epoch + 1);
+  const bool higher = higher_is_better(o.metric);
+  const double best = state.early_stop_best;
+  if (std::isnan(best) || (higher ? value > best + o.min_delta : value < best - o.min_delta)) {
+    state.early_stop_best = value;
+    state.early_stop_epoch = r.epoch;
+    return;
+  }
+  const int64_t stale = r.epoch - state.early_stop_epoch;
+  if (stale < o.patience || r.epoch + 1 >= trainer.config().train.epochs) return;
+  reason_ = fmt::format("early stopping after epoch {}: {} has not improved by more than {:g} for {} "
+                        "epoch(s) (best {:.4f} at epoch {}; train.early_stopping.patience is {})",
+                        r.epoch + 1, o.metric, o.min_delta, stale, best, state.early_stop_epoch + 1,
+                        o.patience);
+  trainer.request_finish();
+}
+
+void EarlyStoppingCallback::on_epoch_end(Trainer&, const EpochResult&) {
+  if (reason_.empty()) return;
+  logger().info("{}", reason_);
+  reason_.clear();
 }
 
 // ---- stopping on a signal ---------------------------------------------------------------------------

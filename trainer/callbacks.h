@@ -1,9 +1,10 @@
-// Stoker's built-in callbacks: metrics and progress, checkpoints (last and best), and stopping on
-// SIGINT/SIGTERM with a checkpoint so that the run can be resumed.
+// Stoker's built-in callbacks: metrics and progress, checkpoints (last and best), early stopping,
+// and stopping on SIGINT/SIGTERM with a checkpoint so that the run can be resumed.
 #pragma once
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "trainer/logging.h"
 #include "trainer/trainer.h"
@@ -44,6 +45,20 @@ class CheckpointCallback : public Callback {
  private:
   void save(Trainer& trainer, const char* name);
   std::filesystem::path folder_;
+};
+
+// train.early_stopping: ends the run (as finished, not interrupted: last.pt is saved as after any
+// epoch) once its metric has not improved by more than min_delta for `patience` epochs, and logs
+// why. The best value and its epoch live in TrainState, so a resumed run keeps counting.
+class EarlyStoppingCallback : public Callback {
+ public:
+  // Decides here, before the epoch's checkpoint is written, so that the checkpoint holds the count.
+  void on_validation_end(Trainer& trainer, const EpochResult& result) override;
+  // Says why after the epoch's summary line.
+  void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
+
+ private:
+  std::string reason_;
 };
 
 // Installs SIGINT/SIGTERM handlers that ask the Trainer to stop after its current step (a second

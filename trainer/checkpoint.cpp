@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kFormat = "stoker-checkpoint-v1";
+const std::string kEmaPrefix = "ema.";
 }  // namespace
 
 namespace {
@@ -77,6 +78,10 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
   archive.write("state.step", torch::IValue(s.step));
   archive.write("state.best_metric", torch::IValue(s.best_metric));
   archive.write("state.best_epoch", torch::IValue(s.best_epoch));
+  archive.write("state.early_stop_best", torch::IValue(s.early_stop_best));
+  archive.write("state.early_stop_epoch", torch::IValue(s.early_stop_epoch));
+  for (const auto& [name, tensor] : content.ema) archive.write(kEmaPrefix + name, tensor, true);
+  if (!content.ema.empty()) archive.write("ema_updates", torch::IValue(content.ema_updates));
   archive.write("config", torch::IValue(content.config_yaml));
   write_rng(archive, device_of(model));
 
@@ -90,12 +95,12 @@ void save_checkpoint(const fs::path& path, torch::nn::Module& model, torch::opti
   write_file_atomically(path, serialize_checkpoint(model, optimizer, content, parts));
 }
 
-CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
-                                  torch::optim::Optimizer* optimizer, torch::Device device,
-                                  const std::vector<CheckpointPart>& parts) {
+namespace {
+
+// Opens a checkpoint file and checks its format marker.
+void open_checkpoint(const fs::path& path, torch::serialize::InputArchive& archive, torch::Device device) {
   const std::string name = path.string();
   STOKER_CHECK(fs::is_regular_file(path), "checkpoint {} does not exist", name);
-  torch::serialize::InputArchive archive;
   try {
     archive.load_from(name, device);
   } catch (const std::exception& e) {
@@ -109,6 +114,25 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
   STOKER_CHECK(archive.try_read("format", value) && value.isString() &&
                    value.toStringRef() == kFormat,
                "{} is not a Stoker checkpoint (no '{}' marker)", name, kFormat);
+}
+
+}  // namespace
+
+std::string read_checkpoint_config(const fs::path& path) {
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, torch::kCPU);
+  torch::IValue value;
+  if (archive.try_read("config", value) && value.isString()) return value.toStringRef();
+  return "";
+}
+
+CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
+                                  torch::optim::Optimizer* optimizer, torch::Device device,
+                                  const std::vector<CheckpointPart>& parts) {
+  const std::string name = path.string();
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, device);
+  torch::IValue value;
 
   // Model: every parameter and buffer, by name, with matching shapes.
   {
@@ -164,6 +188,20 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
   STOKER_CHECK(archive.try_read("state.best_metric", value) && value.isDouble(),
                "checkpoint {} lacks 'state.best_metric'", name);
   content.state.best_metric = value.toDouble();
+  // Not in checkpoints written before early stopping and the EMA existed: the defaults stand.
+  if (archive.try_read("state.early_stop_best", value) && value.isDouble()) {
+    content.state.early_stop_best = value.toDouble();
+  }
+  if (archive.try_read("state.early_stop_epoch", value) && value.isInt()) {
+    content.state.early_stop_epoch = value.toInt();
+  }
+  for (const std::string& key : archive.keys()) {
+    if (key.rfind(kEmaPrefix, 0) != 0) continue;
+    torch::Tensor tensor;
+    archive.read(key, tensor, true);
+    content.ema.emplace_back(key.substr(kEmaPrefix.size()), tensor);
+  }
+  if (!content.ema.empty()) content.ema_updates = read_int("ema_updates");
   if (archive.try_read("config", value) && value.isString()) content.config_yaml = value.toStringRef();
   read_rng(archive, device);
   return content;
@@ -178,7 +216,7 @@ fs::path resolve_checkpoint(const fs::path& run_dir_or_file) {
     return last;
   }
   STOKER_CHECK(fs::is_regular_file(run_dir_or_file),
-               "--resume {}: no such checkpoint file or run directory", run_dir_or_file.string());
+               "{}: no such checkpoint file or run directory", run_dir_or_file.string());
   return run_dir_or_file;
 }
 

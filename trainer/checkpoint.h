@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -24,11 +25,18 @@ struct TrainState {
   int64_t step = 0;            // optimizer steps taken so far
   double best_metric = std::numeric_limits<double>::quiet_NaN();  // NaN until the first evaluation
   int64_t best_epoch = -1;
+  // train.early_stopping: the best value of its metric so far and the epoch (0-based) it came in.
+  double early_stop_best = std::numeric_limits<double>::quiet_NaN();
+  int64_t early_stop_epoch = -1;
 };
 
 struct CheckpointContent {
   TrainState state;
   std::string config_yaml;  // the resolved config of the run that wrote it
+  // The EMA of the weights (trainer/ema.h) by parameter and buffer name, saved as "ema.<name>";
+  // empty when the run has none.
+  std::vector<std::pair<std::string, torch::Tensor>> ema;
+  int64_t ema_updates = 0;
 };
 
 // Further state a checkpoint carries as a named part of its own (the loss scaler's, say): `save`
@@ -58,6 +66,9 @@ void save_checkpoint(const std::filesystem::path& path, torch::nn::Module& model
 CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
                                   torch::optim::Optimizer* optimizer, torch::Device device,
                                   const std::vector<CheckpointPart>& parts = {});
+
+// The resolved config YAML saved in a checkpoint (empty if it has none).
+std::string read_checkpoint_config(const std::filesystem::path& path);
 
 // Accepts a checkpoint file or a run directory (then its checkpoints/last.pt).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);

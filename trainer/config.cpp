@@ -1,5 +1,6 @@
 #include "trainer/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "models/compact_resnet.h"
+#include "trainer/schedule.h"
 
 namespace stoker {
 namespace {
@@ -75,6 +77,13 @@ Rule items(Rule r, size_t min_items, size_t max_items = SIZE_MAX) {
   r.min_items = min_items;
   r.max_items = max_items;
   return r;
+}
+
+// The epoch metrics a config may name (checkpoint.best_metric, train.early_stopping.metric).
+const std::vector<std::string>& epoch_metrics() {
+  static const std::vector<std::string> kNames = {"test_top1",     "test_top5",     "test_loss",
+                                                  "ema_test_top1", "ema_test_top5", "ema_test_loss"};
+  return kNames;
 }
 
 // ---- the mapping, in one place ------------------------------------------------------------------
@@ -143,11 +152,21 @@ void visit_config(C& c, V& v) {
     v.field("weight_decay", c.optimizer.weight_decay, non_negative());
     v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
     v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
+    v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
   });
   v.section("schedule", [&] {
-    v.field("type", c.schedule.type, one_of({"constant", "cosine"}));
+    Rule known_schedule = non_empty();
+    known_schedule.expected =
+        fmt::format("a registered schedule type ({})", fmt::join(schedule_registry().names(), ", "));
+    known_schedule.accepts = [](const std::string& s) { return schedule_registry().contains(s); };
+    v.field("type", c.schedule.type, known_schedule);
     v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
     v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
+    v.field("milestones", c.schedule.milestones, items(at_least(1), 0));
+    v.field("gamma", c.schedule.gamma, number("a number in (0, 1]", 0, 1, true));
+    v.field("pct_start", c.schedule.pct_start, number("a number in (0, 1)", 0, 1, true, true));
+    v.field("div_factor", c.schedule.div_factor, number("a number >= 1", 1));
+    v.field("final_div_factor", c.schedule.final_div_factor, number("a number >= 1", 1));
   });
   v.section("train", [&] {
     v.field("epochs", c.train.epochs, at_least(1));
@@ -166,11 +185,18 @@ void visit_config(C& c, V& v) {
     v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
     v.field("channels_last", c.train.channels_last);
     v.field("log_every_steps", c.train.log_every_steps, at_least(1));
+    v.field("ema_decay", c.train.ema_decay, unit_open());
+    v.field("ema_warmup", c.train.ema_warmup);
+    v.section("early_stopping", [&] {
+      v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
+      v.field("patience", c.train.early_stopping.patience, at_least(0));
+      v.field("min_delta", c.train.early_stopping.min_delta, non_negative());
+    });
   });
   v.section("checkpoint", [&] {
     v.field("save_last", c.checkpoint.save_last);
     v.field("save_best", c.checkpoint.save_best);
-    v.field("best_metric", c.checkpoint.best_metric, one_of({"test_top1", "test_loss"}));
+    v.field("best_metric", c.checkpoint.best_metric, one_of(epoch_metrics()));
     v.field("every_steps", c.checkpoint.every_steps, at_least(0));
   });
 }
@@ -357,7 +383,8 @@ class Reader {
   template <typename T>
   void read(const YAML::Node& node, const std::string& path, std::vector<T>& out, const Rule& rule) {
     const std::string expected =
-        rule.min_items == rule.max_items
+        rule.min_items == 0 ? fmt::format("a list of values, each {}", rule.expected)
+        : rule.min_items == rule.max_items
             ? fmt::format("a list of {} values, each {}", rule.min_items, rule.expected)
             : fmt::format("a list of at least {} value(s), each {}", rule.min_items, rule.expected);
     if (!node.IsSequence()) fail(node, path, expected, quote(node));
@@ -479,6 +506,40 @@ void check_consistency(const Config& c, const std::string& source) {
     fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
                      c.schedule.warmup_epochs, c.train.epochs));
   }
+  const auto& milestones = c.schedule.milestones;
+  if (c.schedule.type == "step") {
+    if (milestones.empty()) {
+      fail("schedule.milestones must list at least one epoch for schedule.type: step, e.g. "
+           "milestones: [30, 60, 80]");
+    }
+    for (size_t i = 0; i < milestones.size(); ++i) {
+      if (i > 0 && milestones[i] <= milestones[i - 1]) {
+        fail(fmt::format("schedule.milestones must increase: {} after {} at [{}]", milestones[i],
+                         milestones[i - 1], i));
+      }
+      if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
+        fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
+                         "schedule.warmup_epochs ({}) and below train.epochs ({})",
+                         i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
+      }
+    }
+  } else if (!milestones.empty()) {
+    fail(fmt::format("schedule.milestones is used by schedule.type: step only, not {}; remove it",
+                     c.schedule.type));
+  }
+  if (schedule_registry().get(c.schedule.type).own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0",
+                     c.schedule.type, c.schedule.type == "one_cycle" ? " (schedule.pct_start)" : ""));
+  }
+  auto check_ema_metric = [&](const char* key, const std::string& metric) {
+    if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {
+      fail(fmt::format("{} is {}, but there is no EMA of the weights; set train.ema_decay (e.g. "
+                       "0.9998) or pick a test_* metric",
+                       key, metric));
+    }
+  };
+  check_ema_metric("checkpoint.best_metric", c.checkpoint.best_metric);
+  check_ema_metric("train.early_stopping.metric", c.train.early_stopping.metric);
 }
 
 // Applies "a.b=c" overrides onto the YAML tree; returns the overridden key paths.
@@ -534,6 +595,17 @@ int64_t accumulate_steps_of(const Config& c) {
     return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * c.data.shard_count));
   }
   return c.train.accumulate_steps;
+}
+
+bool is_epoch_metric(const std::string& name) {
+  const auto& names = epoch_metrics();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool higher_is_better(const std::string& metric) {
+  STOKER_CHECK(is_epoch_metric(metric), "'{}' is not an epoch metric; known: {}", metric,
+               fmt::join(epoch_metrics(), ", "));
+  return metric.find("_loss") == std::string::npos;
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,

@@ -71,12 +71,27 @@ struct OptimizerOptions {
   bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
   // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
   std::string implementation = "auto";
+  // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
+  // batch being data.batch_size * data.shard_count; 0 = use lr as it is (see schedule.h).
+  int64_t lr_reference_batch = 0;
 };
 
 struct ScheduleOptions {
-  std::string type = "cosine";  // constant | cosine (after the linear warm-up)
-  double warmup_epochs = 0.0;
+  std::string type = "cosine";  // constant | cosine | step | one_cycle (see trainer/schedule.h)
+  double warmup_epochs = 0.0;   // linear warm-up before constant, cosine and step
   double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
+  std::vector<int64_t> milestones;  // step: the epochs at which the lr is multiplied by gamma
+  double gamma = 0.1;               // step
+  double pct_start = 0.3;           // one_cycle: share of the steps spent rising to lr
+  double div_factor = 25.0;         // one_cycle: starts at lr / div_factor
+  double final_div_factor = 1e4;    // one_cycle: ends at lr / div_factor / final_div_factor
+};
+
+// Stops training once `metric` has not improved by more than min_delta for `patience` epochs.
+struct EarlyStoppingOptions {
+  std::string metric = "test_top1";  // an epoch metric (see is_epoch_metric)
+  int64_t patience = 0;              // epochs without improvement before stopping; 0 = off
+  double min_delta = 0.0;            // smaller improvements do not count
 };
 
 // The dynamic loss scaler of fp16-mixed (see trainer/grad_scaler.h).
@@ -103,12 +118,17 @@ struct TrainOptions {
   double grad_clip_norm = 0.0;  // clip gradients to this global L2 norm; 0 = off
   bool channels_last = false;   // model and inputs in channels-last memory format
   int64_t log_every_steps = 50;
+  // Exponential moving average of the weights, updated after every optimizer step and evaluated
+  // after every epoch (trainer/ema.h); 0 = off, e.g. 0.9998.
+  double ema_decay = 0.0;
+  bool ema_warmup = false;  // timm's EMA warm-up: decay min(ema_decay, 1 - (1 + updates)^(-2/3))
+  EarlyStoppingOptions early_stopping;
 };
 
 struct CheckpointOptions {
   bool save_last = true;
   bool save_best = true;
-  std::string best_metric = "test_top1";  // test_top1 (higher is better) | test_loss (lower)
+  std::string best_metric = "test_top1";  // an epoch metric (see is_epoch_metric)
   int64_t every_steps = 0;                // also save `last` every N optimizer steps; 0 = per epoch
 };
 
@@ -125,6 +145,12 @@ struct Config {
 // Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size
 // (which must be a multiple of data.batch_size * data.shard_count).
 int64_t accumulate_steps_of(const Config& config);
+// The epoch metrics that checkpoint.best_metric and train.early_stopping.metric can name:
+// test_top1, test_top5, test_loss and, with train.ema_decay > 0, ema_test_top1, ema_test_top5,
+// ema_test_loss.
+bool is_epoch_metric(const std::string& name);
+// Whether a larger value of the metric is better (top-k) or a smaller one (loss).
+bool higher_is_better(const std::string& metric);
 
 // Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
 // strings from --set, applied on top of the text before validation.

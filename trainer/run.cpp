@@ -96,6 +96,17 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   return std::make_shared<data::Loader>(dataset, l);
 }
 
+torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
+  models::ModelSpec spec;
+  spec.type = config.model.type;
+  spec.widths = config.model.widths;
+  spec.blocks = config.model.blocks;
+  spec.dropout = config.model.dropout;
+  spec.in_channels = in_channels;
+  spec.num_classes = config.data.num_classes;
+  return models::create_model(spec);
+}
+
 Loaders make_loaders(const Config& config, torch::Device device) {
   Loaders loaders;
   loaders.train = make_loader(config, device, "train");
@@ -133,6 +144,22 @@ fs::path create_run_dir(const RunOptions& run) {
 
 namespace {
 
+// One line on the learning-rate schedule, for the log.
+std::string describe_schedule(const Config& config) {
+  const ScheduleOptions& s = config.schedule;
+  const std::string warmup =
+      s.warmup_epochs > 0 ? fmt::format("{:g} warm-up epoch(s), then ", s.warmup_epochs) : "";
+  if (s.type == "cosine") return fmt::format("{}cosine down to {:g} x lr", warmup, s.final_lr_ratio);
+  if (s.type == "step") {
+    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, s.gamma, fmt::join(s.milestones, ", "));
+  }
+  if (s.type == "one_cycle") {
+    return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}",
+                       s.div_factor, s.pct_start, s.div_factor * s.final_div_factor);
+  }
+  return warmup + "constant";
+}
+
 // The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.
 fs::path run_dir_of(const fs::path& checkpoint) {
   const fs::path folder = checkpoint.parent_path();
@@ -149,15 +176,8 @@ TrainOutcome run_training(const TrainRequest& request) {
 
   // Everything that can be checked is checked before the run directory is made.
   Loaders loaders = make_loaders(config, device);
-  models::ModelSpec spec;
-  spec.type = config.model.type;
-  spec.widths = config.model.widths;
-  spec.blocks = config.model.blocks;
-  spec.dropout = config.model.dropout;
-  spec.in_channels = loaders.in_channels;
-  spec.num_classes = config.data.num_classes;
   const std::string precision_line = apply_global_precision(parse_precision(config.train.precision));
-  Trainer trainer(config, models::create_model(spec), loaders.train, loaders.test, device);
+  Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
   std::optional<fs::path> resume_from;
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
@@ -194,6 +214,16 @@ TrainOutcome run_training(const TrainRequest& request) {
                 config.data.type == "synthetic" ? std::string("generated samples") : config.data.root,
                 trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
                 loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
+  if (config.optimizer.lr_reference_batch > 0) {
+    logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}",
+                  effective_lr(config), config.optimizer.lr, global_batch_size(config),
+                  config.optimizer.lr_reference_batch);
+  }
+  logger().info("schedule: {}", describe_schedule(config));
+  if (trainer.ema() != nullptr) {
+    logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
+                  config.train.ema_warmup ? " (with warm-up)" : "");
+  }
 
   logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", precision_line,
                 trainer.accumulate_steps(), config.data.batch_size,
@@ -205,6 +235,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
                                                          request.live_progress));
   trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints"));
+  if (config.train.early_stopping.patience > 0) trainer.add_callback(std::make_shared<EarlyStoppingCallback>());
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
@@ -214,8 +245,10 @@ TrainOutcome run_training(const TrainRequest& request) {
   outcome.state = trainer.state();
   if (!outcome.fit.epochs.empty()) {
     outcome.final_test = outcome.fit.epochs.back().test;
+    outcome.final_ema_test = outcome.fit.epochs.back().ema_test;
   } else if (!outcome.fit.interrupted) {
     outcome.final_test = trainer.evaluate();  // nothing left to train: report the model as it is
+    if (trainer.ema() != nullptr) outcome.final_ema_test = trainer.evaluate_ema();
   }
   return outcome;
 }
@@ -227,14 +260,7 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   torch::manual_seed(config.run.seed);
   apply_global_precision(parse_precision(config.train.precision));
   Loaders loaders = make_loaders(config, device);
-  models::ModelSpec spec;
-  spec.type = config.model.type;
-  spec.widths = config.model.widths;
-  spec.blocks = config.model.blocks;
-  spec.dropout = config.model.dropout;
-  spec.in_channels = loaders.in_channels;
-  spec.num_classes = config.data.num_classes;
-  Trainer trainer(config, models::create_model(spec), loaders.train, loaders.test, device);
+  Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
   for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);
   loaders.train->start_epoch(0);
   std::optional<data::Batch> batch = loaders.train->next();

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
 
 #include "data/loader.h"
@@ -26,6 +27,7 @@ struct TrainOutcome {
   FitResult fit;
   TrainState state;  // where training stands at the end
   EvalResult final_test;  // the last evaluation (of this call, or of the checkpoint resumed from)
+  EvalResult final_ema_test;  // the same with the EMA of the weights; samples == 0 without one
 };
 
 TrainOutcome run_training(const TrainRequest& request);
@@ -36,6 +38,9 @@ torch::Device resolve_device(const std::string& name);
 // Sets libtorch's intra-op thread count and a single inter-op thread. `threads` = 0 picks one per
 // core, less the loader's workers when training on the CPU, so that the two do not oversubscribe it.
 void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);
+
+// The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
+torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
 
 // The loader of one split ("train" or "test") of the configured data set.
 // `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).

@@ -19,6 +19,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
+#include "trainer/evaluate.h"
 
 namespace stoker {
 namespace {
@@ -39,17 +40,6 @@ void to_channels_last(torch::nn::Module& model) {
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
-
-double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
-                    int64_t total) {
-  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (schedule.type == "constant") return base_lr;
-  // cosine from base_lr (first step after warm-up) down to base_lr * final_lr_ratio (last step).
-  const double span = std::max<int64_t>(1, total - warmup - 1);
-  const double t = std::min(1.0, static_cast<double>(step - warmup) / span);
-  const double floor = base_lr * schedule.final_lr_ratio;
-  return floor + (base_lr - floor) * 0.5 * (1.0 + std::cos(M_PI * t));
-}
 
 Trainer::Trainer(Config config, torch::nn::AnyModule model,
                  std::shared_ptr<data::Loader> train,
@@ -96,9 +86,7 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 }
 
 double Trainer::lr_at(int64_t step) const {
-  const auto warmup = static_cast<int64_t>(std::llround(config_.schedule.warmup_epochs *
-                                                        static_cast<double>(steps_per_epoch())));
-  return scheduled_lr(config_.schedule, config_.optimizer.lr, step, warmup, total_steps());
+  return scheduled_lr(config_.schedule, effective_lr(config_), step, steps_per_epoch(), config_.train.epochs);
 }
 
 // ---- the steps ------------------------------------------------------------------------------------
@@ -136,6 +124,7 @@ void Trainer::optimizer_step() {
   if (!graph_active()) optimizer_->zero_grad();
   micro_batches_ = 0;
   ++state_.step;
+  if (ema_) ema_->update(module());
 }
 
 torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) {
@@ -274,6 +263,7 @@ std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
   g.graph->replay();
   micro_batches_ = 0;
   ++state_.step;
+  if (ema_) ema_->update(module());
   return g.loss.detach().clone();
 }
 #else
@@ -298,26 +288,17 @@ bool Trainer::graph_active() const {
 Trainer::~Trainer() = default;
 
 EvalResult Trainer::evaluate() {
-  torch::NoGradGuard no_grad;
   module().eval();
-  test_->start_epoch(0);
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
-  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().device(device_).dtype(torch::kInt64));
-  int64_t samples = 0;
-  while (std::optional<data::Batch> batch = test_->next()) {
-    const torch::Tensor logits = forward(batch->input);
-    loss_sum += torch::nn::functional::cross_entropy(
-        logits, batch->target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    correct += logits.argmax(1).eq(batch->target).sum();
-    samples += batch->size();
-  }
+  const EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *test_);
   test_->take_times();  // evaluation's data times are not the training epoch's
   module().train();
-  EvalResult result;
-  result.samples = samples;
-  result.loss = loss_sum.item<double>() / static_cast<double>(samples);
-  result.top1 = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(samples);
   return result;
+}
+
+EvalResult Trainer::evaluate_ema() {
+  STOKER_CHECK(ema_ != nullptr, "evaluate_ema() needs an EMA of the weights; set train.ema_decay");
+  EmaWeightsInModel swap(*ema_, module());
+  return evaluate();
 }
 
 // ---- the loop -------------------------------------------------------------------------------------
@@ -392,12 +373,17 @@ FitResult Trainer::fit() {
       er.skipped_steps = scaler_->skipped_steps();
     }
     er.test = evaluate();
+    if (ema_) er.ema_test = evaluate_ema();
     er.seconds = now_s() - epoch_start;
     for (auto& cb : callbacks_) cb->on_validation_end(*this, er);
     state_.epoch = epoch + 1;
     state_.batch_in_epoch = 0;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, er);
     result.epochs.push_back(er);
+    if (finish_requested_.load() && state_.epoch < config_.train.epochs) {
+      result.stopped_early = true;
+      break;
+    }
   }
   result.seconds = now_s() - fit_start;
   for (auto& cb : callbacks_) cb->on_fit_end(*this, result);
@@ -417,8 +403,14 @@ std::vector<CheckpointPart> Trainer::checkpoint_parts() {
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
-  stoker::save_checkpoint(path, module(), *optimizer_, CheckpointContent{state_, config_to_yaml(config_)},
-                          checkpoint_parts());
+  CheckpointContent content;
+  content.state = state_;
+  content.config_yaml = config_to_yaml(config_);
+  if (ema_) {
+    content.ema = ema_->named_tensors();
+    content.ema_updates = ema_->updates();
+  }
+  stoker::save_checkpoint(path, module(), *optimizer_, content, checkpoint_parts());
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& path) {
@@ -429,6 +421,8 @@ void Trainer::load_checkpoint(const std::filesystem::path& path) {
                "with the data.batch_size and data set the run was started with",
                path.string(), content.state.batch_in_epoch, train_->num_batches());
   state_ = content.state;
+  // A checkpoint without an EMA (train.ema_decay was 0) starts one from the weights at the next step.
+  if (ema_ && !content.ema.empty()) ema_->load(content.ema, content.ema_updates, module(), path.string());
 }
 
 }  // namespace stoker

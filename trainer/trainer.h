@@ -25,6 +25,8 @@
 #include "trainer/grad_scaler.h"
 #include "trainer/optim.h"
 #include "trainer/precision.h"
+#include "trainer/ema.h"
+#include "trainer/schedule.h"
 
 namespace stoker {
 
@@ -47,13 +49,15 @@ struct StepInfo {
 struct EvalResult {
   double loss = 0;  // mean cross-entropy (no label smoothing)
   double top1 = 0;  // fraction correct
-  int64_t samples = 0;
+  double top5 = 0;  // fraction with the target among the 5 highest logits (all, with <= 5 classes)
+  int64_t samples = 0;  // 0: not evaluated
 };
 
 struct EpochResult {
   int64_t epoch = 0;  // 0-based
   double train_loss = 0;
   EvalResult test;
+  EvalResult ema_test;  // the EMA of the weights (train.ema_decay); samples == 0 without one
   double seconds = 0;
   double samples_per_s = 0;
   double data_wait = 0;  // share of the epoch's training time spent waiting for data
@@ -67,6 +71,7 @@ struct EpochResult {
 struct FitResult {
   std::vector<EpochResult> epochs;  // the epochs finished in this call
   bool interrupted = false;         // stopped by request before the last epoch ended
+  bool stopped_early = false;       // ended after an epoch by request_finish() (early stopping)
   double seconds = 0;
 };
 
@@ -110,10 +115,17 @@ class Trainer {
   torch::Tensor train_step(const data::Batch& batch);
 
   EvalResult evaluate();
+  // evaluate() with the EMA of the weights in the model (the model itself before the first
+  // optimizer step); the model's own weights are restored afterwards. Needs train.ema_decay > 0.
+  EvalResult evaluate_ema();
   // Trains from state() to the last epoch, evaluating after each epoch.
   FitResult fit();
   // Asks fit() to stop after the current step (safe from a signal handler or another thread).
   void request_stop() { stop_requested_.store(true); }
+  // Asks fit() to end after the current epoch as a finished run, not an interrupted one (early
+  // stopping).
+  void request_finish() { finish_requested_.store(true); }
+  bool finish_requested() const { return finish_requested_.load(); }
 
   // ---- checkpoints ----
   void save_checkpoint(const std::filesystem::path& path);
@@ -132,6 +144,8 @@ class Trainer {
   int64_t accumulate_steps() const { return accumulate_; }
   // Optimizer steps per epoch (batches / accumulate_steps, rounded up).
   int64_t steps_per_epoch() const { return (train_->num_batches() + accumulate_ - 1) / accumulate_; }
+  // The EMA of the weights; nullptr when train.ema_decay is 0.
+  ModelEma* ema() { return ema_.get(); }
   int64_t total_steps() const { return steps_per_epoch() * config_.train.epochs; }
   // Findings of the sizing checks (trainer/sizing.h), logged as warnings by run_training.
   const std::vector<std::string>& sizing_warnings() const { return sizing_warnings_; }
@@ -163,11 +177,11 @@ class Trainer {
   std::unique_ptr<GraphedStep> graph_;
   torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
   std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
+  // Made here, not in the constructor: its tensors are cloned from the model at the first update.
+  std::unique_ptr<ModelEma> ema_ =
+      config_.train.ema_decay > 0 ? std::make_unique<ModelEma>(config_.train.ema_decay, config_.train.ema_warmup)
+                                  : nullptr;
+  std::atomic<bool> finish_requested_{false};
 };
-
-// The learning rate at optimizer step `step` (0-based) of `total` steps: linear warm-up over
-// `warmup` steps to `base_lr`, then constant or cosine down to base_lr * final_lr_ratio.
-double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step, int64_t warmup,
-                    int64_t total);
 
 }  // namespace stoker

@@ -3,13 +3,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <thread>
 
+#include "data/dataset.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -143,6 +147,126 @@ TEST(TrainerCli, TrainsStopsOnSignalAndResumes) {
                                       (stopped_epoch + 1) * 64)),
             std::string::npos)
       << r.output;
+}
+
+// ---- eval and predict, on one tiny run with an EMA --------------------------------------------------
+
+class TrainerCliCheckpoints : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    stoker::testing::write_synthetic_idx_dataset(dir_->path(), 640, 100, 12);
+    recipe_ = *dir_ / "r.yaml";
+    write_text(recipe_, tiny_recipe(dir_->path(), *dir_ / "runs", 3));
+    const Result r = run_trainer("--config " + recipe_.string() + " --set train.ema_decay=0.8");
+    train_output_ = r.output;
+    if (r.exit_code != 0) return;
+    for (const auto& e : fs::directory_iterator(*dir_ / "runs/cli")) run_dir_ = e.path();
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_FALSE(run_dir_.empty()) << "the training run failed:\n" << train_output_; }
+
+  // The last "kind":"epoch" line of the run's metrics.jsonl.
+  static std::string last_epoch_line() {
+    std::ifstream in(run_dir_ / "metrics.jsonl");
+    std::string last;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"kind\":\"epoch\"") != std::string::npos) last = line;
+    }
+    return last;
+  }
+  static double number_after(const std::string& text, const std::string& key) {
+    const auto at = text.find("\"" + key + "\":");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + key.size() + 3));
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline fs::path recipe_, run_dir_;
+  static inline std::string train_output_;
+};
+
+TEST_F(TrainerCliCheckpoints, EvalReportsTheRunsLastMetricsWithTop5AndEma) {
+  const Result r = run_trainer("eval --config " + recipe_.string() + " --checkpoint " +
+                               (run_dir_ / "checkpoints/last.pt").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "(3 epoch(s) done, step 60)");
+  EXPECT_CONTAINS(r.output, "(100 samples)");
+  EXPECT_CONTAINS(r.output, "EMA test   loss ");
+  const auto json_at = r.output.find("{\"checkpoint\":");
+  ASSERT_NE(json_at, std::string::npos) << r.output;
+  const std::string json = r.output.substr(json_at, r.output.find('\n', json_at) - json_at);
+  // The same weights on the same test split as the run's last evaluation.
+  const std::string epoch = last_epoch_line();
+  for (const char* key : {"test_loss", "test_top1", "test_top5", "ema_test_loss", "ema_test_top1", "ema_test_top5"}) {
+    EXPECT_NEAR(number_after(json, key), number_after(epoch, key), 1e-6) << key << "\n" << json << "\n" << epoch;
+  }
+  EXPECT_GT(number_after(json, "test_top1"), 0.8);
+  EXPECT_GE(number_after(json, "test_top5"), number_after(json, "test_top1"));
+
+  // --set applies; a checkpoint of another model is refused with the reason.
+  const Result other = run_trainer("eval --config " + recipe_.string() + " --set model.widths=[8,24] --checkpoint " +
+                                   (run_dir_ / "checkpoints/last.pt").string());
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_CONTAINS(other.output, "but the model expects");
+}
+
+TEST_F(TrainerCliCheckpoints, PredictClassifiesImageFilesWithTheSavedConfig) {
+  // Five test images, as PNG files, with their labels.
+  data::DatasetOptions o;
+  o.root = dir_->path().string();
+  o.split = "test";
+  const auto test = data::create_dataset(o);
+  std::string args;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 5; ++i) {
+    data::RawSample raw;
+    test->read(i * 7, raw);
+    const fs::path png = *dir_ / fmt::format("sample{}.png", i);
+    stoker::testing::write_png(png, raw.image.height, raw.image.width, 1, raw.image.pixels);
+    args += " " + png.string();
+    labels.push_back(raw.label);
+  }
+  // No --config: the transforms, mean and std come from the checkpoint.
+  for (const std::string ema : {"", " --ema"}) {
+    const Result r = run_trainer("predict --checkpoint " + (run_dir_ / "checkpoints/last.pt").string() +
+                                 " --top 3" + ema + args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::regex line_re(R"((\S+sample(\d)\.png): (\d) \((0\.\d+|1\.0+)\), (\d) \((0\.\d+)\), (\d) \((0\.\d+)\))");
+    int lines = 0, right = 0;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (!std::regex_match(line, m, line_re)) continue;
+      ++lines;
+      const int sample = std::stoi(m[2]);
+      right += std::stoi(m[3]) == labels[sample];
+      EXPECT_GE(std::stod(m[4]), std::stod(m[6])) << line;
+      EXPECT_GE(std::stod(m[6]), std::stod(m[8])) << line;
+    }
+    EXPECT_EQ(lines, 5) << r.output;
+    EXPECT_GE(right, 4) << "labels " << fmt::format("{}", fmt::join(labels, " ")) << "\n" << r.output;
+  }
+}
+
+TEST_F(TrainerCliCheckpoints, PredictErrorsNameTheFile) {
+  const std::string checkpoint = (run_dir_ / "checkpoints/last.pt").string();
+  Result r = run_trainer("predict --checkpoint " + checkpoint + " " + (*dir_ / "absent.png").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_CONTAINS(r.output, "cannot read image " + (*dir_ / "absent.png").string() + ": no such file");
+  write_text(*dir_ / "notes.png", "not an image\n");
+  r = run_trainer("predict --checkpoint " + checkpoint + " " + (*dir_ / "notes.png").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_CONTAINS(r.output, (*dir_ / "notes.png").string());
+  r = run_trainer("predict --checkpoint " + checkpoint);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.output, "predict needs one or more image files");
+  r = run_trainer("eval --config " + recipe_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.output, "eval needs --checkpoint FILE");
 }
 
 }  // namespace

@@ -97,8 +97,8 @@ TEST(Config, ChoicesAreListed) {
 TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
             "recipe.yaml: optimizer.momentun at line 3: unknown key 'momentun' in section "
-            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, implementation, lr, momentum, "
-            "nesterov, type, weight_decay");
+            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, implementation, lr, "
+            "lr_reference_batch, momentum, nesterov, type, weight_decay");
   const std::string msg = error_of("trainer:\n  epochs: 3\n");
   EXPECT_NE(msg.find("recipe.yaml: trainer at line 1: unknown section 'trainer'; known sections:"),
             std::string::npos) << msg;
@@ -161,6 +161,69 @@ TEST(Config, CrossFieldChecks) {
             "nesterov: false");
 }
 
+TEST(Config, SchedulesEmaAndEarlyStopping) {
+  const Config c = parse_config(R"(
+optimizer: {lr: 0.1, lr_reference_batch: 256}
+schedule: {type: step, warmup_epochs: 1, milestones: [3, 6, 8], gamma: 0.2}
+train:
+  epochs: 10
+  ema_decay: 0.9998
+  ema_warmup: true
+  early_stopping: {metric: ema_test_loss, patience: 4, min_delta: 0.001}
+checkpoint: {best_metric: test_top5}
+)", "r.yaml");
+  EXPECT_EQ(c.optimizer.lr_reference_batch, 256);
+  EXPECT_EQ(c.schedule.type, "step");
+  EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{3, 6, 8}));
+  EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.2);
+  EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.9998);
+  EXPECT_TRUE(c.train.ema_warmup);
+  EXPECT_EQ(c.train.early_stopping.metric, "ema_test_loss");
+  EXPECT_EQ(c.train.early_stopping.patience, 4);
+  EXPECT_DOUBLE_EQ(c.train.early_stopping.min_delta, 0.001);
+  EXPECT_EQ(c.checkpoint.best_metric, "test_top5");
+  EXPECT_EQ(config_to_yaml(parse_config(config_to_yaml(c), "again.yaml")), config_to_yaml(c));
+  const Config one_cycle = parse_config(
+      "schedule: {type: one_cycle, pct_start: 0.25, div_factor: 10, final_div_factor: 100}\n", "r.yaml");
+  EXPECT_DOUBLE_EQ(one_cycle.schedule.pct_start, 0.25);
+  EXPECT_DOUBLE_EQ(one_cycle.schedule.final_div_factor, 100);
+  EXPECT_TRUE(config_to_yaml(one_cycle).find("milestones: []") != std::string::npos) << config_to_yaml(one_cycle);
+
+  EXPECT_EQ(error_of("schedule: {type: step}\n"),
+            "recipe.yaml: schedule.milestones must list at least one epoch for schedule.type: step, "
+            "e.g. milestones: [30, 60, 80]");
+  EXPECT_EQ(error_of("schedule: {type: step, milestones: [3, 3]}\n"),
+            "recipe.yaml: schedule.milestones must increase: 3 after 3 at [1]");
+  EXPECT_EQ(error_of("schedule: {type: step, milestones: [4, 12]}\ntrain: {epochs: 12}\n"),
+            "recipe.yaml: schedule.milestones[1] (12) must be within the run: at least "
+            "schedule.warmup_epochs (0) and below train.epochs (12)");
+  EXPECT_EQ(error_of("schedule: {type: step, warmup_epochs: 2, milestones: [1, 5]}\n"),
+            "recipe.yaml: schedule.milestones[0] (1) must be within the run: at least "
+            "schedule.warmup_epochs (2) and below train.epochs (10)");
+  EXPECT_EQ(error_of("schedule: {milestones: [2]}\n"),
+            "recipe.yaml: schedule.milestones is used by schedule.type: step only, not cosine; remove it");
+  EXPECT_EQ(error_of("schedule: {type: step, milestones: [0]}\n"),
+            "recipe.yaml: schedule.milestones[0] at line 1: expected an integer >= 1, got \"0\"");
+  EXPECT_EQ(error_of("schedule: {type: one_cycle, warmup_epochs: 1}\n"),
+            "recipe.yaml: schedule.type: one_cycle warms up by itself (schedule.pct_start); set "
+            "schedule.warmup_epochs: 0");
+  EXPECT_EQ(error_of("schedule: {pct_start: 1}\n"),
+            "recipe.yaml: schedule.pct_start at line 1: expected a number in (0, 1), got \"1\"");
+  EXPECT_EQ(error_of("schedule: {type: linear}\n"),
+            "recipe.yaml: schedule.type at line 1: expected a registered schedule type (constant, "
+            "cosine, one_cycle, step), got \"linear\"");
+  EXPECT_EQ(error_of("train: {ema_decay: 1}\n"),
+            "recipe.yaml: train.ema_decay at line 1: expected a number in [0, 1), got \"1\"");
+  EXPECT_EQ(error_of("checkpoint: {best_metric: ema_test_top1}\n"),
+            "recipe.yaml: checkpoint.best_metric is ema_test_top1, but there is no EMA of the "
+            "weights; set train.ema_decay (e.g. 0.9998) or pick a test_* metric");
+  EXPECT_EQ(error_of("train:\n  early_stopping: {metric: train_loss}\n"),
+            "recipe.yaml: train.early_stopping.metric at line 2: expected one of: test_top1, "
+            "test_top5, test_loss, ema_test_top1, ema_test_top5, ema_test_loss, got \"train_loss\"");
+  EXPECT_EQ(error_of("", {"train.early_stopping.patience=-1"}),
+            "--set train.early_stopping.patience: expected an integer >= 0, got \"-1\"");
+}
+
 TEST(Config, SetOverridesAnyKeyAndIsChecked) {
   const Config c = parse_config("optimizer:\n  lr: 0.1\n", "r.yaml",
                                 {"optimizer.lr=0.05", "train.epochs=3", "model.widths=[4, 8, 12]"});
@@ -198,10 +261,15 @@ TEST(Config, MissingFileIsNamed) {
 }
 
 TEST(Config, ShippedRecipesLoad) {
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKER_SOURCE_DIR) + "/configs")) {
-    if (entry.path().extension() != ".yaml") continue;
-    EXPECT_NO_THROW(load_config(entry.path())) << entry.path();
+  int recipes = 0;
+  for (const char* folder : {"/configs", "/bench"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKER_SOURCE_DIR) + folder)) {
+      if (entry.path().extension() != ".yaml") continue;
+      EXPECT_NO_THROW(load_config(entry.path())) << entry.path();
+      ++recipes;
+    }
   }
+  EXPECT_GE(recipes, 6);
 }
 
 }  // namespace

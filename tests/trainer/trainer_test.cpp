@@ -49,6 +49,8 @@ TEST_F(TrainerTest, TinyRunLearnsAndWritesItsRunDirectory) {
   EXPECT_EQ(out.state.step, 3 * (640 / 32));
   EXPECT_EQ(out.fit.epochs.size(), 3u);
   EXPECT_GT(out.final_test.top1, 0.9) << "did not learn an easy problem";
+  EXPECT_GE(out.final_test.top5, out.final_test.top1);
+  EXPECT_EQ(out.final_ema_test.samples, 0) << "no EMA unless train.ema_decay is set";
 
   const auto metrics = lines_of(out.run_dir / "metrics.jsonl");
   ASSERT_EQ(count_containing(metrics, "\"kind\":\"epoch\""), 3u);
@@ -59,7 +61,7 @@ TEST_F(TrainerTest, TinyRunLearnsAndWritesItsRunDirectory) {
   for (const char* key : {"lr", "samples_per_s", "data_wait"}) {
     EXPECT_GE(number_after(metrics.front(), key), 0.0);
   }
-  for (const char* key : {"test_loss", "test_top1", "epoch_seconds"}) {
+  for (const char* key : {"test_loss", "test_top1", "test_top5", "epoch_seconds"}) {
     EXPECT_GE(number_after(metrics.back(), key), 0.0);
   }
 
@@ -132,6 +134,55 @@ TEST_F(TrainerTest, ResumeMidEpochContinuesExactlyWhereItStopped) {
   }
 }
 
+TEST_F(TrainerTest, EmaIsEvaluatedEachEpochAndResumesExactly) {
+  Config config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  config.train.ema_decay = 0.9;
+  config.train.ema_warmup = true;
+
+  auto straight = make_trainer(config, 1);
+  const FitResult full = straight->fit();
+  ASSERT_EQ(full.epochs.size(), 3u);
+  for (const EpochResult& e : full.epochs) {
+    EXPECT_EQ(e.ema_test.samples, 200);
+    EXPECT_GT(e.ema_test.top5, 0.0);
+    EXPECT_NE(e.ema_test.loss, e.test.loss) << "the EMA was not the one evaluated";
+  }
+  EXPECT_GT(full.epochs.back().ema_test.top1, 0.8) << "the EMA of a model that learns should too";
+  ASSERT_NE(straight->ema(), nullptr);
+  EXPECT_EQ(straight->ema()->updates(), straight->state().step);
+  const auto expected = straight->ema()->named_tensors();
+
+  auto first = make_trainer(config, 1);
+  first->add_callback(std::make_shared<StopAtStep>(27));
+  first->fit();
+  first->save_checkpoint(runs_ / "mid.pt");
+  auto second = make_trainer(config, 999);
+  second->load_checkpoint(runs_ / "mid.pt");
+  EXPECT_EQ(second->ema()->updates(), 27);
+  second->fit();
+  const auto got = second->ema()->named_tensors();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, expected[i].first);
+    EXPECT_TRUE(torch::allclose(got[i].second.to(torch::kDouble), expected[i].second.to(torch::kDouble), 1e-5, 1e-6))
+        << got[i].first;
+  }
+}
+
+TEST_F(TrainerTest, LrAtCountsOptimizerStepsAndScalesWithTheGlobalBatch) {
+  Config config = stoker::testing::tiny_config(data_.path(), runs_.path());
+  config.schedule.type = "step";
+  config.schedule.warmup_epochs = 0;
+  config.schedule.milestones = {2};
+  config.schedule.gamma = 0.5;
+  config.optimizer.lr_reference_batch = 16;  // batch 32: twice optimizer.lr
+  auto trainer = make_trainer(config, 1);
+  ASSERT_EQ(trainer->steps_per_epoch(), 20);
+  EXPECT_DOUBLE_EQ(trainer->lr_at(0), 2 * 0.05);
+  EXPECT_DOUBLE_EQ(trainer->lr_at(39), 2 * 0.05);
+  EXPECT_DOUBLE_EQ(trainer->lr_at(40), 0.05);
+}
+
 TEST_F(TrainerTest, ResumeFromRunDirectoryAddsEpochs) {
   TrainRequest request;
   request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
@@ -182,19 +233,6 @@ TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
   const auto metrics = lines_of(out.run_dir / "metrics.jsonl");
   EXPECT_GT(number_after(metrics.back(), "data_decode_s"), 0.0);
   EXPECT_EQ(number_after(metrics.back(), "bad_samples"), 0.0);
-}
-
-TEST(Schedule, WarmupThenCosine) {
-  ScheduleOptions s;
-  s.type = "cosine";
-  s.final_lr_ratio = 0.1;
-  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 0, 4, 14), 0.25);
-  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 3, 4, 14), 1.0);
-  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 4, 4, 14), 1.0);
-  EXPECT_NEAR(scheduled_lr(s, 1.0, 9 - 0, 4, 14), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 5.0 / 9.0)), 1e-12);
-  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 13, 4, 14), 0.1);
-  s.type = "constant";
-  EXPECT_DOUBLE_EQ(scheduled_lr(s, 0.5, 10, 4, 14), 0.5);
 }
 
 TEST(Optimizer, NoWeightDecayOnNormsAndBiases) {

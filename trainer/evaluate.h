@@ -1,0 +1,70 @@
+// Evaluation: counting top-k hits, a model's loss, top-1 and top-5 over a loader, epoch metrics by
+// name (checkpoint.best_metric, train.early_stopping.metric), and the library side of
+// `trainer eval` (a checkpoint on the config's test split) and `trainer predict` (image files).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "data/loader.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+// How many rows of `logits` [N, C] have their `target` [N] among their k highest values (k is
+// capped at C), as a device scalar (no host synchronisation).
+torch::Tensor count_topk_correct(const torch::Tensor& logits, const torch::Tensor& target, int64_t k);
+
+// Runs `forward` under NoGradGuard over one pass of `loader` (epoch 0): mean cross-entropy, top-1
+// and top-5. Putting the model in eval mode is the caller's business.
+EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                          data::Loader& loader);
+
+// The value of an epoch metric (see is_epoch_metric) in `result`; NaN when the epoch lacks it
+// (ema_* without an EMA).
+double epoch_metric(const EpochResult& result, const std::string& name);
+
+// ---- trainer eval ---------------------------------------------------------------------------------
+
+struct CheckpointEvaluation {
+  EvalResult model;               // the checkpoint's weights
+  std::optional<EvalResult> ema;  // its EMA of the weights, when it has one
+  TrainState state;               // where its run stood
+};
+
+// Builds the configured model, loads `checkpoint` into it and evaluates it (and its EMA weights)
+// on the config's test split.
+CheckpointEvaluation evaluate_checkpoint(const Config& config, const std::filesystem::path& checkpoint);
+
+// ---- trainer predict ------------------------------------------------------------------------------
+
+struct PredictRequest {
+  std::filesystem::path checkpoint;
+  // The config for the model, its input channels and data.eval_transforms / mean / std: this file
+  // when given, else the resolved config saved in the checkpoint. `overrides` apply to either.
+  std::optional<std::filesystem::path> config_file;
+  std::vector<std::string> overrides;
+  std::vector<std::filesystem::path> images;
+  int64_t top_k = 5;
+  bool use_ema = false;  // the checkpoint's EMA weights instead of its model weights
+};
+
+struct ImagePrediction {
+  std::filesystem::path image;
+  std::vector<int64_t> classes;       // the top k class indices, most probable first
+  std::vector<double> probabilities;  // their softmax probabilities
+};
+
+// Decodes each image (JPEG or PNG, with data/decode.h), applies data.eval_transforms, normalises
+// with data.mean / data.std and classifies it. An unreadable image is a stoker::Error naming it.
+std::vector<ImagePrediction> predict_images(const PredictRequest& request);
+
+}  // namespace stoker

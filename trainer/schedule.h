@@ -1,0 +1,57 @@
+// Learning-rate schedules: the learning rate at each optimizer step, as a pure function of the
+// schedule options, the base learning rate and the step, so that the loop, the progress display and
+// the tests all agree on it. Also the linear scaling of the learning rate with the global batch size
+// (optimizer.lr_reference_batch).
+//
+//   schedule.type   after a linear warm-up of schedule.warmup_epochs
+//   constant        lr
+//   cosine          cosine from lr down to lr * final_lr_ratio at the last step
+//   step            lr * gamma^(milestones passed); milestones are epochs
+//   one_cycle       PyTorch's OneCycleLR (cosine annealing, no momentum cycling): from
+//                   lr / div_factor up to lr over pct_start of the run, then down to
+//                   lr / div_factor / final_div_factor; it has its own warm-up
+//
+// Each type is an entry of schedule_registry(); applications may register more. Schedules count
+// optimizer steps. tests/trainer/schedule_golden.py computes the same curves with
+// torch.optim.lr_scheduler; tests/trainer/schedule_test.cpp compares them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/registry.h"
+#include "trainer/config.h"
+
+namespace stoker {
+
+// The steps a schedule spans, in optimizer steps.
+struct ScheduleSpan {
+  int64_t steps_per_epoch = 1;
+  int64_t total = 1;   // steps_per_epoch * train.epochs
+  int64_t warmup = 0;  // round(schedule.warmup_epochs * steps_per_epoch); 0 with own_warmup
+};
+
+// A schedule.type: its learning rate at `step` (0-based, past the warm-up unless own_warmup).
+struct ScheduleType {
+  std::function<double(const ScheduleOptions&, double base_lr, int64_t step, const ScheduleSpan&)> lr;
+  bool own_warmup = false;  // the linear warm-up does not apply; schedule.warmup_epochs must be 0
+};
+
+// The schedule types by name: constant, cosine, step, one_cycle; applications may add their own
+// (they are then accepted as schedule.type, reading the schedule.* keys they need).
+Registry<ScheduleType>& schedule_registry();
+
+// The learning rate for optimizer step `step` (0-based) of a run of `epochs` epochs of
+// `steps_per_epoch` optimizer steps each, reaching `base_lr` after the warm-up.
+double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step,
+                    int64_t steps_per_epoch, int64_t epochs);
+
+// Samples per optimizer step over all processes: data.batch_size * data.shard_count * the batches
+// accumulated into each step (train.accumulate_steps or train.effective_batch_size).
+int64_t global_batch_size(const Config& config);
+
+// optimizer.lr, scaled by global_batch_size / optimizer.lr_reference_batch when that is set (the
+// linear scaling rule of Goyal et al., 2017); optimizer.lr itself when it is 0.
+double effective_lr(const Config& config);
+
+}  // namespace stoker
