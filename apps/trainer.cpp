@@ -92,6 +92,15 @@ Args parse_args(int argc, char** argv) {
                        a[i] == "predict")) {
     args.command = a[i++];
   }
+  auto positive = [](const std::string& flag, const std::string& v) -> int64_t {
+    int64_t n = 0;
+    try {
+      n = std::stoll(v);
+    } catch (const std::exception&) {
+    }
+    if (n <= 0) throw UsageError(flag + " takes a positive number, not '" + v + "'");
+    return n;
+  };
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= a.size()) throw UsageError(flag + " needs a value");
     return a[++i];
@@ -112,21 +121,9 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--resume") {
       args.resume = value(arg);
     } else if (arg == "--batches") {
-      const std::string v = value(arg);
-      try {
-        args.batches = std::stoll(v);
-      } catch (const std::exception&) {
-        args.batches = 0;
-      }
-      if (args.batches <= 0) throw UsageError("--batches takes a positive number, not '" + v + "'");
+      args.batches = positive(arg, value(arg));
     } else if (arg == "--steps") {
-      const std::string v = value(arg);
-      try {
-        args.steps = std::stoll(v);
-      } catch (const std::exception&) {
-        args.steps = 0;
-      }
-      if (args.steps <= 0) throw UsageError("--steps takes a positive number, not '" + v + "'");
+      args.steps = positive(arg, value(arg));
     } else if (arg == "--split") {
       args.split = value(arg);
       if (args.split != "train" && args.split != "test") throw UsageError("--split takes train or test");
@@ -136,13 +133,7 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--checkpoint") {
       args.checkpoint = value(arg);
     } else if (arg == "--top") {
-      const std::string v = value(arg);
-      try {
-        args.top = std::stoll(v);
-      } catch (const std::exception&) {
-        args.top = 0;
-      }
-      if (args.top <= 0) throw UsageError("--top takes a positive number, not '" + v + "'");
+      args.top = positive(arg, value(arg));
     } else if (arg == "--ema") {
       args.ema = true;
     } else if (args.command == "predict" && (arg.empty() || arg[0] != '-')) {

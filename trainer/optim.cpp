@@ -43,6 +43,50 @@ std::vector<torch::Tensor> unscaled(const std::vector<torch::Tensor>& grads,
   return at::_foreach_div(grads, grad_scale->reshape({}).to(grads.front().scalar_type()));
 }
 
+// The reference path under the loss scaler: skip on the host, divide the gradients by the scale,
+// then libtorch's own step.
+template <typename Base>
+void reference_step(Base& optimizer, const std::optional<torch::Tensor>& grad_scale,
+                    const std::optional<torch::Tensor>& found_inf) {
+  if (host_found_inf(found_inf)) return;
+  if (grad_scale) {
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) p.grad().div_(*grad_scale);
+      }
+    }
+  }
+  optimizer.Base::step();
+}
+
+// step(closure) of Stoker's optimizers: the closure (if any), then a step without loss scaling.
+template <typename Base, typename Derived>
+torch::Tensor closure_step(Derived& optimizer, OptimizerImpl impl,
+                           torch::optim::Optimizer::LossClosure closure) {
+  if (impl == OptimizerImpl::kReference) return optimizer.Base::step(std::move(closure));
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  optimizer.step_amp(std::nullopt, std::nullopt);
+  return loss;
+}
+
+void set_group_lrs(torch::optim::Optimizer& optimizer, torch::Tensor& device_lr, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+  if (device_lr.defined()) device_lr.fill_(lr);
+}
+
+// The learning rate as a float32 tensor on the parameters' device, for the fused kernels on CUDA
+// (a captured CUDA graph reads it there); undefined otherwise.
+torch::Tensor device_lr(const std::vector<torch::optim::OptimizerParamGroup>& groups, OptimizerImpl impl,
+                        double lr) {
+  const torch::Device device = device_of(groups);
+  if (impl != OptimizerImpl::kFused || !device.is_cuda()) return {};
+  return torch::full({}, lr, torch::TensorOptions().device(device).dtype(torch::kFloat32));
+}
+
 }  // namespace
 
 OptimizerImpl resolve_optimizer_impl(const std::string& name, torch::Device device) {
@@ -57,44 +101,18 @@ OptimizerImpl resolve_optimizer_impl(const std::string& name, torch::Device devi
 
 SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
          OptimizerImpl impl)
-    : torch::optim::SGD(groups, defaults), impl_(impl) {
-  const torch::Device device = device_of(param_groups());
-  if (impl_ == OptimizerImpl::kFused && device.is_cuda()) {
-    lr_ = torch::full({}, defaults.lr(), torch::TensorOptions().device(device).dtype(torch::kFloat32));
-  }
-}
+    : torch::optim::SGD(groups, defaults), impl_(impl), lr_(device_lr(param_groups(), impl, defaults.lr())) {}
 
-void SGD::set_lr(double lr) {
-  for (auto& group : param_groups()) group.options().set_lr(lr);
-  if (lr_.defined()) lr_.fill_(lr);
-}
+void SGD::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
 
 torch::Tensor SGD::step(LossClosure closure) {
-  if (impl_ == OptimizerImpl::kReference) return torch::optim::SGD::step(std::move(closure));
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable(true);
-    loss = closure();
-  }
-  step_amp(std::nullopt, std::nullopt);
-  return loss;
+  return closure_step<torch::optim::SGD>(*this, impl_, std::move(closure));
 }
 
 void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
                    const std::optional<torch::Tensor>& found_inf) {
   torch::NoGradGuard no_grad;
-  if (impl_ == OptimizerImpl::kReference) {
-    if (host_found_inf(found_inf)) return;
-    if (grad_scale) {
-      for (auto& group : param_groups()) {
-        for (auto& p : group.params()) {
-          if (p.grad().defined()) p.grad().div_(*grad_scale);
-        }
-      }
-    }
-    torch::optim::SGD::step();
-    return;
-  }
+  if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::SGD>(*this, grad_scale, found_inf);
   if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
@@ -142,45 +160,21 @@ void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
              OptimizerImpl impl)
-    : torch::optim::AdamW(groups, defaults), impl_(impl) {
-  const torch::Device device = device_of(param_groups());
-  steps_ = torch::zeros({1}, torch::TensorOptions().device(device).dtype(torch::kFloat32));
-  if (impl_ == OptimizerImpl::kFused && device.is_cuda()) {
-    lr_ = torch::full({}, defaults.lr(), torch::TensorOptions().device(device).dtype(torch::kFloat32));
-  }
-}
+    : torch::optim::AdamW(groups, defaults),
+      impl_(impl),
+      lr_(device_lr(param_groups(), impl, defaults.lr())),
+      steps_(torch::zeros({1}, torch::TensorOptions().device(device_of(param_groups())).dtype(torch::kFloat32))) {}
 
-void AdamW::set_lr(double lr) {
-  for (auto& group : param_groups()) group.options().set_lr(lr);
-  if (lr_.defined()) lr_.fill_(lr);
-}
+void AdamW::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
 
 torch::Tensor AdamW::step(LossClosure closure) {
-  if (impl_ == OptimizerImpl::kReference) return torch::optim::AdamW::step(std::move(closure));
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable(true);
-    loss = closure();
-  }
-  step_amp(std::nullopt, std::nullopt);
-  return loss;
+  return closure_step<torch::optim::AdamW>(*this, impl_, std::move(closure));
 }
 
 void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
                      const std::optional<torch::Tensor>& found_inf) {
   torch::NoGradGuard no_grad;
-  if (impl_ == OptimizerImpl::kReference) {
-    if (host_found_inf(found_inf)) return;
-    if (grad_scale) {
-      for (auto& group : param_groups()) {
-        for (auto& p : group.params()) {
-          if (p.grad().defined()) p.grad().div_(*grad_scale);
-        }
-      }
-    }
-    torch::optim::AdamW::step();
-    return;
-  }
+  if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::AdamW>(*this, grad_scale, found_inf);
   if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
   // One step counter for all parameters (they always step together); a skipped step takes it back.
   steps_.add_(1);
