@@ -176,7 +176,6 @@ TrainOutcome run_training(const TrainRequest& request) {
 
   // Everything that can be checked is checked before the run directory is made.
   Loaders loaders = make_loaders(config, device);
-  const std::string precision_line = apply_global_precision(parse_precision(config.train.precision));
   Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
   std::optional<fs::path> resume_from;
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
@@ -225,7 +224,7 @@ TrainOutcome run_training(const TrainRequest& request) {
                   config.train.ema_warmup ? " (with warm-up)" : "");
   }
 
-  logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", precision_line,
+  logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", trainer.precision_summary(),
                 trainer.accumulate_steps(), config.data.batch_size,
                 trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
                 config.data.shard_count > 1 ? " across all shards" : "");
@@ -258,7 +257,6 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
   torch::manual_seed(config.run.seed);
-  apply_global_precision(parse_precision(config.train.precision));
   Loaders loaders = make_loaders(config, device);
   Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
   for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);

@@ -53,6 +53,7 @@ Trainer::Trainer(Config config, torch::nn::AnyModule model,
   STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training loader with batches");
   STOKER_CHECK(test_ && test_->num_batches() > 0, "Trainer needs an evaluation loader with batches");
   precision_ = parse_precision(config_.train.precision);
+  precision_summary_ = apply_global_precision(precision_);
   accumulate_ = accumulate_steps_of(config_);
   module().to(device_, parameter_dtype(precision_));
   if (config_.train.channels_last) to_channels_last(module());

@@ -140,6 +140,9 @@ class Trainer {
   torch::Device device() const { return device_; }
   GradScaler& scaler() { return *scaler_; }
   Precision precision() const { return precision_; }
+  // What the precision settings mean here, for the log (the constructor applies them: TF32 on or
+  // off process-wide, see apply_global_precision).
+  const std::string& precision_summary() const { return precision_summary_; }
   // Batches per optimizer step.
   int64_t accumulate_steps() const { return accumulate_; }
   // Optimizer steps per epoch (batches / accumulate_steps, rounded up).
@@ -165,6 +168,7 @@ class Trainer {
   std::atomic<bool> stop_requested_{false};
 
   Precision precision_ = Precision::kFp32;
+  std::string precision_summary_;
   int64_t accumulate_ = 1;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
   std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
