@@ -142,6 +142,16 @@ fs::path venv_python(std::string* why) {
   return {};
 }
 
+namespace {
+const char* from_env(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : fallback;
+}
+}  // namespace
+
+const char* source_dir() { return from_env("STOKER_SOURCE_DIR", kBuiltSourceDir); }
+const char* trainer_bin() { return from_env("STOKER_TRAINER_BIN", kBuiltTrainerBin); }
+
 int shell(const std::string& command) {
   const int status = std::system(command.c_str());
   return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;

@@ -69,4 +69,18 @@ void write_synthetic_idx_dataset(const std::filesystem::path& root, int64_t trai
 // A small, fast config for training on write_synthetic_idx_dataset's data.
 Config tiny_config(const std::filesystem::path& data_root, const std::filesystem::path& run_dir);
 
+// The source tree and the trainer program the tests use: the environment variables
+// STOKER_SOURCE_DIR and STOKER_TRAINER_BIN when set (a build run elsewhere, e.g. on a GPU machine
+// through scripts/bundle_device.sh), else the paths compiled in by tests/CMakeLists.txt.
+inline constexpr const char* kBuiltSourceDir = STOKER_SOURCE_DIR;
+inline constexpr const char* kBuiltTrainerBin = STOKER_TRAINER_BIN;
+const char* source_dir();
+const char* trainer_bin();
+
 }  // namespace stoker::testing
+
+// The tests name the two through these macros; from here on they honour the environment.
+#undef STOKER_SOURCE_DIR
+#define STOKER_SOURCE_DIR (::stoker::testing::source_dir())
+#undef STOKER_TRAINER_BIN
+#define STOKER_TRAINER_BIN (::stoker::testing::trainer_bin())
