@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "trainer/evaluate.h"
 #include "trainer/logging.h"
 #include "trainer/optim.h"
 #include "trainer/sizing.h"
@@ -19,7 +20,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
-#include "trainer/evaluate.h"
 
 namespace stoker {
 namespace {

@@ -3,6 +3,10 @@
 // It is built from parts handed to it (a model, a training and an evaluation loader, the config)
 // and exposes the steps (forward, compute_loss, backward, optimizer_step), the train_step shortcut,
 // evaluate() and fit(). Logging, progress, checkpoints and interruption live in callbacks.
+// One step: forward under autocast (train.precision) -> float32 loss / accumulated batches ->
+// backward of the loss times the loss scale (fp16-mixed) -> every train.accumulate_steps batches:
+// scheduled LR -> unscale -> clip -> fused optimizer step (skipped on inf/NaN) -> scale update ->
+// EMA update; with train.cuda_graph, that whole step is captured once and replayed.
 //
 //   stoker::Trainer trainer(config, model, train_loader, test_loader, device);
 //   trainer.add_callback(std::make_shared<MyCallback>());
