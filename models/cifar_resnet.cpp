@@ -25,15 +25,7 @@ CifarResNetImpl::CifarResNetImpl(int64_t depth, int64_t num_classes, int64_t in_
   avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(1));
   fc = register_module("fc", nn::Linear(inplanes_, num_classes));
 
-  torch::NoGradGuard no_grad;
-  for (const auto& m : modules(/*include_self=*/false)) {
-    if (auto* conv = m->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
+  init_resnet_weights(*this);
 }
 
 nn::Sequential CifarResNetImpl::make_stage(int64_t planes, int64_t blocks, int64_t stride) {

@@ -486,6 +486,18 @@ torch::Tensor ResNetBottleneckImpl::forward(const torch::Tensor& x) {
 // ---------------------------------------------------------------------------------------------
 // ResNet
 
+void init_resnet_weights(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* conv = m->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
 ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t num_classes,
                        int64_t in_channels) {
   STOKER_CHECK(layers.size() == 4, "a ResNet has 4 stages, got {} block counts", layers.size());
@@ -503,16 +515,7 @@ ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t n
   avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(1));
   fc = register_module("fc", nn::Linear(inplanes_, num_classes));
 
-  // torchvision's initialisation (zero_init_residual=False); fc keeps Linear's default.
-  torch::NoGradGuard no_grad;
-  for (const auto& m : modules(/*include_self=*/false)) {
-    if (auto* conv = m->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
+  init_resnet_weights(*this);
 }
 
 nn::Sequential ResNetImpl::make_layer(ResNetBlock block, int64_t planes, int64_t blocks,

@@ -26,6 +26,10 @@
 
 namespace stoker::models {
 
+// torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
+// convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.
+void init_resnet_weights(torch::nn::Module& model);
+
 // torchvision's BasicBlock: conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut.
 class ResNetBasicBlockImpl : public torch::nn::Module {
  public:
