@@ -243,16 +243,9 @@ class ResNetPython : public ::testing::Test {
   // Finds the venv's Python and checks for torchvision once for the suite (importing it takes
   // seconds); an empty skip_reason_ means both are there.
   static void SetUpTestSuite() {
-    const char* cache = std::getenv("STOKER_CACHE");
-    const char* home = std::getenv("HOME");
-    const fs::path root = (cache != nullptr && *cache != '\0')
-                              ? fs::path(cache)
-                              : fs::path(home != nullptr ? home : "/root") / ".cache" / "stoker";
-    python_ = root / "venv-torch-2.11.0" / "bin" / "python";
-    if (!fs::exists(python_)) {
-      skip_reason_ = "no Python at " + python_.string() +
-                     "; it comes with the libtorch venv (./stoker.sh build), torchvision with "
-                     "`bash bench/setup.sh`";
+    python_ = testing::venv_python(&skip_reason_);
+    if (python_.empty()) {
+      skip_reason_ += ", torchvision with `bash bench/setup.sh`";
     } else if (shell("'" + python_.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
       skip_reason_ = "torchvision is not installed in " + python_.string() +
                      "; install it with `bash bench/setup.sh`";
@@ -274,10 +267,7 @@ class ResNetPython : public ::testing::Test {
     ASSERT_EQ(shell(command), 0) << command << "\n" << testing::read_bytes(log);
   }
 
-  static int shell(const std::string& command) {
-    const int status = std::system(command.c_str());
-    return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
-  }
+  static int shell(const std::string& command) { return testing::shell(command); }
 
   static inline fs::path python_;
   static inline std::string skip_reason_;

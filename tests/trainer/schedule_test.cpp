@@ -2,7 +2,6 @@
 // (tests/trainer/schedule_golden.py, run with the libtorch venv's Python).
 #include "trainer/schedule.h"
 
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -115,15 +114,6 @@ TEST(Schedule, ApplicationsRegisterTheirOwn) {
 
 // ---- against PyTorch -------------------------------------------------------------------------
 
-fs::path venv_python() {
-  const char* cache = std::getenv("STOKER_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path root = (cache != nullptr && *cache != '\0')
-                            ? fs::path(cache)
-                            : fs::path(home != nullptr ? home : "/root") / ".cache" / "stoker";
-  return root / "venv-torch-2.11.0" / "bin" / "python";
-}
-
 struct GoldenCase {
   std::string name;
   std::map<std::string, std::string> fields;
@@ -172,17 +162,14 @@ ScheduleOptions options_of(const GoldenCase& c) {
 }
 
 TEST(SchedulePython, EveryCurveEqualsTorchsSchedulers) {
-  const fs::path python = venv_python();
-  if (!fs::exists(python)) {
-    GTEST_SKIP() << "no Python at " << python.string()
-                 << "; it comes with the libtorch venv (./stoker.sh build)";
-  }
+  std::string why;
+  const fs::path python = stoker::testing::venv_python(&why);
+  if (python.empty()) GTEST_SKIP() << why;
   const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "schedule_golden.py";
   TempDir tmp;
   const std::string command = "'" + python.string() + "' '" + script.string() + "' >'" +
                               (tmp / "out.txt").string() + "' 2>'" + (tmp / "err.txt").string() + "'";
-  const int status = std::system(command.c_str());
-  ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+  ASSERT_EQ(stoker::testing::shell(command), 0)
       << command << "\n" << stoker::testing::read_bytes(tmp / "err.txt");
   const std::vector<GoldenCase> cases = parse_golden(stoker::testing::read_bytes(tmp / "out.txt"));
 
