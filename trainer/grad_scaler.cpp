@@ -1,6 +1,7 @@
 #include "trainer/grad_scaler.h"
 
 #include <map>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -34,13 +35,13 @@ void GradScaler::check_and_unscale(torch::optim::Optimizer& optimizer, const tor
   torch::NoGradGuard no_grad;
   found_inf_.zero_();
   // The kernel takes gradients of one dtype and device per call.
-  std::map<std::pair<torch::ScalarType, std::string>, std::vector<torch::Tensor>> groups;
+  std::map<std::tuple<torch::ScalarType, c10::DeviceType, c10::DeviceIndex>, std::vector<torch::Tensor>> groups;
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       const torch::Tensor& g = p.grad();
       if (!g.defined()) continue;
       STOKER_CHECK(!g.is_sparse(), "the loss scaler does not support sparse gradients");
-      groups[{g.scalar_type(), g.device().str()}].push_back(g);
+      groups[{g.scalar_type(), g.device().type(), g.device().index()}].push_back(g);
     }
   }
   for (auto& [key, grads] : groups) {
