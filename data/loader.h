@@ -29,6 +29,7 @@
 
 #include <torch/types.h>
 
+#include "data/batch_source.h"
 #include "data/dataset.h"
 #include "data/transforms.h"
 #include "kernels/preprocess.h"
@@ -62,35 +63,18 @@ struct LoaderOptions {
   std::function<void(const std::string&)> warn;
 };
 
-struct Batch {
-  torch::Tensor input;   // input_dtype [B, C, H, W], normalised, on the device (uint8 [B, H, W, C] with output_uint8)
-  torch::Tensor target;  // int64 [B], on the device
-  int64_t index = 0;     // batch index within the epoch
-  const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
-  int64_t size() const { return target.size(0); }
-};
-
-// Seconds spent per stage since the last take_times(). Worker stages are summed over threads (CPU
-// time); wait and copy are the caller's wall time.
-struct StageTimes {
-  double read = 0, decode = 0, transform = 0;  // in workers (or inline)
-  double wait = 0;                              // caller blocked in next() for a batch
-  double copy = 0;                              // host -> device copy and conversion to float
-  int64_t samples = 0, batches = 0, bad_samples = 0;
-};
-
-class Loader {
+class Loader : public BatchSource {
  public:
   Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  int64_t num_batches() const;
-  int64_t num_samples() const { return static_cast<int64_t>(shard_size_); }
-  int64_t channels() const { return channels_; }
-  int64_t out_height() const { return out_height_; }
-  int64_t out_width() const { return out_width_; }
+  int64_t num_batches() const override;
+  int64_t num_samples() const override { return static_cast<int64_t>(shard_size_); }
+  int64_t channels() const override { return channels_; }
+  int64_t out_height() const override { return out_height_; }
+  int64_t out_width() const override { return out_width_; }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
   bool pinned() const { return pinned_; }
@@ -99,10 +83,10 @@ class Loader {
 
   // Starts `epoch` at batch `first_batch` (to resume mid-epoch). Abandons any epoch in progress.
   // Nothing is built before the first call.
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // The next batch of the epoch, or nothing at its end. Rethrows a worker's error.
-  std::optional<Batch> next();
-  StageTimes take_times();
+  std::optional<Batch> next() override;
+  StageTimes take_times() override;
   // Files of the samples skipped as unreadable so far.
   std::vector<std::string> bad_samples() const;
 

@@ -1,0 +1,56 @@
+// What the training loop consumes: batches on the device, an epoch at a time. The Loader (the data
+// pipeline, data/loader.h) is one BatchSource; the doctor's cached rungs and tests' in-memory batches
+// are others, so the Trainer runs the same step whatever feeds it.
+//
+// A source's position is (epoch, batch): start_epoch(epoch, first_batch) both starts an epoch and
+// restores a saved position (resuming mid-epoch), and a source built from the same options hands out
+// the same batches from there. The Trainer keeps the position in its checkpoints (TrainState).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <torch/types.h>
+
+namespace stoker::data {
+
+struct Batch {
+  torch::Tensor input;   // [B, C, H, W] (or uint8 [B, H, W, C] when a loader is asked for raw batches), on the device
+  torch::Tensor target;  // int64 [B], on the device
+  int64_t index = 0;     // batch index within the epoch
+  const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
+  int64_t size() const { return target.size(0); }
+};
+
+// Seconds spent per stage since the last take_times(). Worker stages are summed over threads (CPU
+// time); wait and copy are the caller's wall time.
+struct StageTimes {
+  double read = 0, decode = 0, transform = 0;  // in workers (or inline)
+  double wait = 0;                              // caller blocked in next() for a batch
+  double copy = 0;                              // host -> device copy and conversion to float
+  int64_t samples = 0, batches = 0, bad_samples = 0;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+
+  // Batches in one epoch (this process's share of it).
+  virtual int64_t num_batches() const = 0;
+  // Samples in one epoch (this process's share), counting a dropped partial batch.
+  virtual int64_t num_samples() const = 0;
+  // The shape of the inputs it hands out: channels, height and width of one sample.
+  virtual int64_t channels() const = 0;
+  virtual int64_t out_height() const = 0;
+  virtual int64_t out_width() const = 0;
+
+  // Starts `epoch` at batch `first_batch` (to resume mid-epoch); abandons any epoch in progress.
+  virtual void start_epoch(int64_t epoch, int64_t first_batch = 0) = 0;
+  // The next batch of the epoch on the device, or nothing at its end. Errors (a bad sample with
+  // data.on_bad_sample: error, a worker's failure) are thrown from here.
+  virtual std::optional<Batch> next() = 0;
+  // Per-stage times since the last call; a source without such stages reports only what it has.
+  virtual StageTimes take_times() { return {}; }
+};
+
+}  // namespace stoker::data
