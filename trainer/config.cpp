@@ -16,68 +16,15 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "data/transform_options.h"
 #include "models/compact_resnet.h"
 #include "trainer/schedule.h"
+#include "trainer/yaml_options.h"
 
 namespace stoker {
 namespace {
 
-// ---- rules: what a value must be, and how to say it ---------------------------------------------
-
-struct Rule {
-  std::string expected;  // "a positive number", used in messages
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-  std::vector<std::string> choices;                   // for strings: the allowed values
-  std::function<bool(const std::string&)> accepts;    // for strings: a custom test
-  size_t min_items = 0, max_items = SIZE_MAX;         // for lists
-
-  bool in_range(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
-};
-
-Rule described(std::string expected) {
-  Rule r;
-  r.expected = std::move(expected);
-  return r;
-}
-Rule number(std::string expected, double lo, double hi = INFINITY, bool lo_open = false,
-            bool hi_open = false) {
-  Rule r = described(std::move(expected));
-  r.lo = lo;
-  r.hi = hi;
-  r.lo_open = lo_open;
-  r.hi_open = hi_open;
-  return r;
-}
-Rule any_number() { return described("a number"); }
-Rule positive() { return number("a positive number", 0, INFINITY, true); }
-Rule non_negative() { return number("a number >= 0", 0); }
-Rule at_least(int64_t n) { return number(fmt::format("an integer >= {}", n), double(n)); }
-Rule unit_open() { return number("a number in [0, 1)", 0, 1, false, true); }
-Rule unit_closed() { return number("a number in [0, 1]", 0, 1); }
-Rule one_of(std::vector<std::string> choices) {
-  Rule r = described(fmt::format("one of: {}", fmt::join(choices, ", ")));
-  r.choices = std::move(choices);
-  return r;
-}
-Rule non_empty() {
-  Rule r = described("a non-empty string");
-  r.accepts = [](const std::string& s) { return !s.empty(); };
-  return r;
-}
-Rule matching(const char* pattern, std::string expected) {
-  Rule r = described(std::move(expected));
-  r.accepts = [re = std::regex(pattern)](const std::string& s) { return std::regex_match(s, re); };
-  return r;
-}
-Rule items(Rule r, size_t min_items, size_t max_items = SIZE_MAX) {
-  r.min_items = min_items;
-  r.max_items = max_items;
-  return r;
-}
+using namespace rules;
 
 // The epoch metrics a config may name (checkpoint.best_metric, train.early_stopping.metric).
 const std::vector<std::string>& epoch_metrics() {
@@ -89,8 +36,9 @@ const std::vector<std::string>& epoch_metrics() {
 // ---- the mapping, in one place ------------------------------------------------------------------
 // Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
 
-template <typename C, typename V>
-void visit_config(C& c, V& v) {
+template <typename V>
+void visit_config(Config& c, V& v) {
+  static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   v.section("run", [&] {
     v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
     v.field("dir", c.run.dir, non_empty());
@@ -115,8 +63,8 @@ void visit_config(C& c, V& v) {
     v.field("device_prefetch", c.data.device_prefetch, at_least(1));
     v.field("pin_memory", c.data.pin_memory);
     v.field("on_bad_sample", c.data.on_bad_sample, one_of({"skip", "error"}));
-    v.field("train_transforms", c.data.train_transforms, described("a list of transforms"));
-    v.field("eval_transforms", c.data.eval_transforms, described("a list of transforms"));
+    v.typed_list("train_transforms", c.data.train_transforms, transforms);
+    v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
     v.field("mean", c.data.mean, items(any_number(), 1));
     v.field("std", c.data.std, items(positive(), 1));
     v.field("train_limit", c.data.train_limit, at_least(0));
@@ -200,268 +148,6 @@ void visit_config(C& c, V& v) {
     v.field("every_steps", c.checkpoint.every_steps, at_least(0));
   });
 }
-
-// ---- reading ------------------------------------------------------------------------------------
-
-std::string quote(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return "nothing";
-  if (node.IsScalar()) return fmt::format("\"{}\"", node.Scalar());
-  if (node.IsSequence()) return "a list";
-  return "a mapping";
-}
-
-class Reader {
- public:
-  Reader(YAML::Node root, std::string source, std::set<std::string> overridden)
-      : source_(std::move(source)), overridden_(std::move(overridden)) {
-    frames_.push_back(Frame{root, "", {}});
-  }
-
-  template <typename Body>
-  void section(const char* key, Body body) {
-    Frame& parent = frames_.back();
-    parent.keys.insert(key);
-    const std::string path = join(parent.prefix, key);
-    const bool in_map = parent.node.IsDefined() && parent.node.IsMap();
-    // A missing section reads as null: all defaults.
-    const YAML::Node node = in_map ? YAML::Node(const_cast<const YAML::Node&>(parent.node)[key]) : YAML::Node();
-    if (node.IsDefined() && !node.IsNull() && !node.IsMap()) fail(node, path, "a mapping of keys", quote(node));
-    frames_.push_back(Frame{node, path, {}});
-    body();
-    check_unknown_keys(frames_.back());
-    frames_.pop_back();
-  }
-
-  template <typename T>
-  void field(const char* key, T& value, const Rule& rule = described("true or false")) {
-    Frame& frame = frames_.back();
-    frame.keys.insert(key);
-    if (!frame.node.IsDefined() || !frame.node.IsMap()) return;
-    const YAML::Node node = const_cast<const YAML::Node&>(frame.node)[key];
-    if (!node.IsDefined()) return;
-    read(node, join(frame.prefix, key), value, rule);
-  }
-
-  // Top-level keys that are not sections.
-  void check_top_level() {
-    const YAML::Node& root = frames_.front().node;
-    if (!root.IsDefined() || root.IsNull()) return;
-    if (!root.IsMap()) fail(root, "(top level)", "a mapping of sections", quote(root));
-    check_unknown_keys(frames_.front());
-  }
-
- private:
-  struct Frame {
-    YAML::Node node;
-    std::string prefix;
-    std::set<std::string> keys;  // the keys this section knows
-  };
-
-  static std::string join(const std::string& prefix, const std::string& key) {
-    return prefix.empty() ? key : prefix + "." + key;
-  }
-
-  void check_unknown_keys(const Frame& frame) {
-    if (!frame.node.IsDefined() || !frame.node.IsMap()) return;
-    for (const auto& kv : frame.node) {
-      const std::string name = kv.first.as<std::string>();
-      if (frame.keys.count(name)) continue;
-      if (frame.prefix.empty()) {
-        fail(kv.first, name, "", "",
-             fmt::format("unknown section '{}'; known sections: {}", name, fmt::join(frame.keys, ", ")));
-      }
-      fail(kv.first, join(frame.prefix, name), "", "",
-           fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, frame.prefix,
-                       fmt::join(frame.keys, ", ")));
-    }
-  }
-
-  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& expected,
-                         const std::string& got, const std::string& custom = "") const {
-    const std::string what =
-        custom.empty() ? fmt::format("expected {}, got {}", expected, got) : custom;
-    // A value from --set is reported as such: its line would point into the override, not the file.
-    for (const auto& o : overridden_) {
-      if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) {
-        throw Error(fmt::format("--set {}: {}", path, what));
-      }
-    }
-    const auto mark = node.Mark();
-    const std::string where = mark.is_null() ? "" : fmt::format(" at line {}", mark.line + 1);
-    throw Error(fmt::format("{}: {}{}: {}", source_, path, where, what));
-  }
-
-  void read(const YAML::Node& node, const std::string& path, std::vector<data::TransformSpec>& out,
-            const Rule&) {
-    static const std::map<std::string, std::set<std::string>> kKeys = {
-        {"random_resized_crop", {"type", "size", "scale", "ratio"}},
-        {"resize", {"type", "size"}},
-        {"center_crop", {"type", "size"}},
-        {"random_crop", {"type", "size", "padding"}},
-        {"horizontal_flip", {"type", "p"}},
-    };
-    if (!node.IsSequence()) {
-      fail(node, path, "a list of transforms, e.g. [{type: horizontal_flip}]", quote(node));
-    }
-    std::vector<data::TransformSpec> list;
-    for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node item = node[i];
-      const std::string at = fmt::format("{}[{}]", path, i);
-      if (!item.IsMap()) fail(item, at, "a mapping with a 'type' key", quote(item));
-      std::vector<std::string> types;
-      for (const auto& [name, keys] : kKeys) types.push_back(name);
-      data::TransformSpec t;
-      const YAML::Node type = item["type"];
-      if (!type.IsDefined()) fail(item, at, "", "", fmt::format("missing 'type' (one of: {})", fmt::join(types, ", ")));
-      read(type, at + ".type", t.type, one_of(types));
-      const auto& allowed = kKeys.at(t.type);
-      for (const auto& kv : item) {
-        const std::string name = kv.first.as<std::string>();
-        if (!allowed.count(name)) {
-          fail(kv.first, at + "." + name, "", "",
-               fmt::format("{} does not take '{}'; it takes: {}", t.type, name, fmt::join(allowed, ", ")));
-        }
-      }
-      if (allowed.count("size")) {
-        if (!item["size"].IsDefined()) fail(item, at, "", "", fmt::format("{} needs a 'size' (pixels)", t.type));
-        read(item["size"], at + ".size", t.size, at_least(1));
-      }
-      if (item["scale"].IsDefined()) read(item["scale"], at + ".scale", t.scale, items(stoker::number("a number in (0, 1]", 0, 1, true), 2, 2));
-      if (item["ratio"].IsDefined()) read(item["ratio"], at + ".ratio", t.ratio, items(positive(), 2, 2));
-      if (item["padding"].IsDefined()) read(item["padding"], at + ".padding", t.padding, at_least(0));
-      if (item["p"].IsDefined()) read(item["p"], at + ".p", t.p, unit_closed());
-      if (t.type == "random_resized_crop" && (t.scale[0] > t.scale[1] || t.ratio[0] > t.ratio[1])) {
-        fail(item, at, "", "", "scale and ratio must be [low, high] with low <= high");
-      }
-      list.push_back(t);
-    }
-    out = std::move(list);
-  }
-
-  void read(const YAML::Node& node, const std::string& path, bool& out, const Rule&) {
-    bool v;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) fail(node, path, "true or false", quote(node));
-    out = v;
-  }
-
-  void read(const YAML::Node& node, const std::string& path, std::string& out, const Rule& rule) {
-    if (!node.IsScalar()) fail(node, path, rule.expected, quote(node));
-    const std::string& s = node.Scalar();
-    const bool ok = rule.choices.empty()
-                        ? (!rule.accepts || rule.accepts(s))
-                        : std::find(rule.choices.begin(), rule.choices.end(), s) != rule.choices.end();
-    if (!ok) fail(node, path, rule.expected, quote(node));
-    out = s;
-  }
-
-  template <typename Number>
-  Number number(const YAML::Node& node, const std::string& path, const Rule& rule) {
-    Number v{};
-    if (!node.IsScalar() || !YAML::convert<Number>::decode(node, v)) fail(node, path, rule.expected, quote(node));
-    if constexpr (std::is_floating_point_v<Number>) {
-      if (!std::isfinite(v)) fail(node, path, rule.expected, quote(node));
-    }
-    if (!rule.in_range(static_cast<double>(v))) fail(node, path, rule.expected, quote(node));
-    return v;
-  }
-
-  void read(const YAML::Node& node, const std::string& path, double& out, const Rule& rule) {
-    out = number<double>(node, path, rule);
-  }
-  void read(const YAML::Node& node, const std::string& path, int64_t& out, const Rule& rule) {
-    out = number<int64_t>(node, path, rule);
-  }
-  void read(const YAML::Node& node, const std::string& path, uint64_t& out, const Rule& rule) {
-    if (node.IsScalar() && !node.Scalar().empty() && node.Scalar()[0] == '-') {
-      fail(node, path, "an integer >= 0", quote(node));
-    }
-    Rule r = rule;
-    r.expected = "an integer >= 0";
-    out = number<uint64_t>(node, path, r);
-  }
-
-  template <typename T>
-  void read(const YAML::Node& node, const std::string& path, std::vector<T>& out, const Rule& rule) {
-    const std::string expected =
-        rule.min_items == 0 ? fmt::format("a list of values, each {}", rule.expected)
-        : rule.min_items == rule.max_items
-            ? fmt::format("a list of {} values, each {}", rule.min_items, rule.expected)
-            : fmt::format("a list of at least {} value(s), each {}", rule.min_items, rule.expected);
-    if (!node.IsSequence()) fail(node, path, expected, quote(node));
-    if (node.size() < rule.min_items || node.size() > rule.max_items) {
-      fail(node, path, expected, fmt::format("{} value(s)", node.size()));
-    }
-    std::vector<T> values;
-    for (size_t i = 0; i < node.size(); ++i) {
-      values.push_back(number<T>(node[i], fmt::format("{}[{}]", path, i), rule));
-    }
-    out = std::move(values);
-  }
-
-  std::string source_;
-  std::set<std::string> overridden_;
-  std::vector<Frame> frames_;
-};
-
-// ---- writing ------------------------------------------------------------------------------------
-
-class Writer {
- public:
-  Writer() { out_ << YAML::BeginMap; }
-  std::string str() {
-    out_ << YAML::EndMap;
-    return std::string(out_.c_str()) + "\n";
-  }
-
-  template <typename Body>
-  void section(const char* key, Body body) {
-    out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
-    body();
-    out_ << YAML::EndMap;
-  }
-
-  template <typename T>
-  void field(const char* key, const T& value, const Rule& = Rule()) {
-    out_ << YAML::Key << key << YAML::Value;
-    write(value);
-  }
-
- private:
-  void write(bool v) { out_ << (v ? "true" : "false"); }
-  void write(const std::string& v) { out_ << v; }
-  void write(int64_t v) { out_ << v; }
-  void write(uint64_t v) { out_ << v; }
-  // Shortest text that reads back as the same double (0.1, not 0.10000000000000001).
-  void write(double v) { out_ << fmt::format("{}", v); }
-  void write(const std::vector<data::TransformSpec>& list) {
-    out_ << YAML::BeginSeq;
-    for (const auto& t : list) {
-      out_ << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << t.type;
-      if (t.type != "horizontal_flip") out_ << YAML::Key << "size" << YAML::Value << t.size;
-      if (t.type == "random_resized_crop") {
-        out_ << YAML::Key << "scale" << YAML::Value;
-        write(t.scale);
-        out_ << YAML::Key << "ratio" << YAML::Value;
-        write(t.ratio);
-      }
-      if (t.type == "random_crop") out_ << YAML::Key << "padding" << YAML::Value << t.padding;
-      if (t.type == "horizontal_flip") {
-        out_ << YAML::Key << "p" << YAML::Value;
-        write(t.p);
-      }
-      out_ << YAML::EndMap;
-    }
-    out_ << YAML::EndSeq;
-  }
-  template <typename T>
-  void write(const std::vector<T>& v) {
-    out_ << YAML::Flow << YAML::BeginSeq;
-    for (const auto& x : v) write(x);
-    out_ << YAML::EndSeq;
-  }
-
-  YAML::Emitter out_;
-};
 
 // ---- cross-field checks -------------------------------------------------------------------------
 
@@ -619,7 +305,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   const auto overridden = apply_overrides(root, overrides);
   Config config;
-  Reader reader(root, source, overridden);
+  YamlReader reader(root, source, overridden);
   visit_config(config, reader);
   reader.check_top_level();
   check_consistency(config, source);
@@ -639,8 +325,9 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
 }
 
 std::string config_to_yaml(const Config& config) {
-  Writer writer;
-  visit_config(config, writer);
+  Config copy = config;  // the visitors take every value by reference
+  YamlWriter writer;
+  visit_config(copy, writer);
   return writer.str();
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data/transforms.h"
+#include "common/options.h"
 
 namespace stoker {
 
@@ -42,8 +42,9 @@ struct DataOptions {
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
   bool pin_memory = true;       // pinned batch buffers when training on CUDA
   std::string on_bad_sample = "skip";  // skip (warn, replace, count) | error
-  std::vector<data::TransformSpec> train_transforms;
-  std::vector<data::TransformSpec> eval_transforms;
+  // Each a registered transform type with its own keys (data/transform_options.h).
+  std::vector<TypedOptions> train_transforms;
+  std::vector<TypedOptions> eval_transforms;
   std::vector<double> mean{0.0};  // per channel, on the 0..1 scale; applied on the device
   std::vector<double> std{1.0};
   int64_t train_limit = 0;  // use only the first N training samples (0 = all)

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "data/transform_options.h"
 #include "data/decode.h"
 #include "data/transforms.h"
 #include "trainer/ema.h"
@@ -148,7 +149,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
 
-  const data::TransformPipeline pipeline(config.data.eval_transforms, "data.eval_transforms");
+  const data::TransformPipeline pipeline(data::to_transform_specs(config.data.eval_transforms), "data.eval_transforms");
   const auto stats = [&](const std::vector<double>& v) {
     return torch::tensor(v, torch::kFloat32).view({1, channels, 1, 1}).to(device);
   };

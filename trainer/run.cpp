@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "data/transform_options.h"
 #include "models/compact_resnet.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
@@ -80,7 +81,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   l.shard_rank = d.shard_rank;
   l.shard_count = d.shard_count;
   l.skip_bad_samples = d.on_bad_sample == "skip";
-  l.transforms = train ? d.train_transforms : d.eval_transforms;
+  l.transforms = data::to_transform_specs(train ? d.train_transforms : d.eval_transforms);
   l.mean = d.mean;
   l.std = d.std;
   l.channels_last = config.train.channels_last;

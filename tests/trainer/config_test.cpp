@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "data/transform_options.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -115,25 +116,26 @@ data:
     - {type: center_crop, size: 224}
 )", "r.yaml");
   ASSERT_EQ(c.data.train_transforms.size(), 2u);
-  EXPECT_EQ(c.data.train_transforms[0].type, "random_resized_crop");
-  EXPECT_EQ(c.data.train_transforms[0].size, 224);
-  EXPECT_EQ(c.data.train_transforms[0].scale, (std::vector<double>{0.35, 1}));
-  EXPECT_EQ(c.data.train_transforms[0].ratio, (std::vector<double>{3.0 / 4.0, 4.0 / 3.0}));
-  EXPECT_DOUBLE_EQ(c.data.train_transforms[1].p, 0.25);
-  EXPECT_EQ(c.data.eval_transforms[1].type, "center_crop");
+  EXPECT_EQ(c.data.train_transforms[0].type(), "random_resized_crop");
+  const auto& crop = c.data.train_transforms[0].as<data::RandomResizedCropOptions>();
+  EXPECT_EQ(crop.size, 224);
+  EXPECT_EQ(crop.scale, (std::vector<double>{0.35, 1}));
+  EXPECT_EQ(crop.ratio, (std::vector<double>{3.0 / 4.0, 4.0 / 3.0}));
+  EXPECT_DOUBLE_EQ(c.data.train_transforms[1].as<data::HorizontalFlipOptions>().p, 0.25);
+  EXPECT_EQ(c.data.eval_transforms[1].type(), "center_crop");
   EXPECT_EQ(config_to_yaml(parse_config(config_to_yaml(c), "again.yaml")), config_to_yaml(c));
 
   EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: rotate, degrees: 5}\n"),
-            "recipe.yaml: data.train_transforms[0].type at line 3: expected one of: center_crop, "
-            "horizontal_flip, random_crop, random_resized_crop, resize, got \"rotate\"");
+            "recipe.yaml: data.train_transforms[0].type at line 3: expected a registered transform type "
+            "(center_crop, horizontal_flip, random_crop, random_resized_crop, resize), got \"rotate\"");
   EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: center_crop, padding: 2, size: 8}\n"),
-            "recipe.yaml: data.train_transforms[0].padding at line 3: center_crop does not take "
-            "'padding'; it takes: size, type");
+            "recipe.yaml: data.train_transforms[0].padding at line 3: transform type 'center_crop' "
+            "has no key 'padding'; it takes: size, type");
   EXPECT_EQ(error_of("data:\n  eval_transforms:\n    - {type: resize}\n"),
             "recipe.yaml: data.eval_transforms[0] at line 3: resize needs a 'size' (pixels)");
   EXPECT_EQ(error_of("data:\n  train_transforms: horizontal_flip\n"),
             "recipe.yaml: data.train_transforms at line 2: expected a list of transforms, e.g. "
-            "[{type: horizontal_flip}], got \"horizontal_flip\"");
+            "[{type: center_crop}], got \"horizontal_flip\"");
   EXPECT_EQ(error_of("data:\n  synthetic: {channels: 2}\n"),
             "recipe.yaml: data.synthetic.channels must be 1 or 3, got 2");
   EXPECT_EQ(error_of("data:\n  synthetic: {depth: 2}\n"),

@@ -1,3 +1,4 @@
+#include "data/transform_options.h"
 #include "trainer/trainer.h"
 
 #include <gtest/gtest.h>
@@ -223,9 +224,13 @@ TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
   c.data.workers = 2;
   c.data.mean = {0.5, 0.5, 0.5};
   c.data.std = {0.25, 0.25, 0.25};
-  c.data.train_transforms = {data::TransformSpec{"random_resized_crop", 16, {0.5, 1.0}},
-                             data::TransformSpec{"horizontal_flip"}};
-  c.data.eval_transforms = {data::TransformSpec{"resize", 18}, data::TransformSpec{"center_crop", 16}};
+  c.data.train_transforms = {data::make_transform("random_resized_crop"), data::make_transform("horizontal_flip")};
+  auto& crop = c.data.train_transforms[0].as<data::RandomResizedCropOptions>();
+  crop.size = 16;
+  crop.scale = {0.5, 1.0};
+  c.data.eval_transforms = {data::make_transform("resize"), data::make_transform("center_crop")};
+  c.data.eval_transforms[0].as<data::ResizeOptions>().size = 18;
+  c.data.eval_transforms[1].as<data::CenterCropOptions>().size = 16;
   c.train.epochs = 4;
   const TrainOutcome out = run_training(request);
   EXPECT_EQ(out.state.step, 4 * 4);
