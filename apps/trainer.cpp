@@ -167,7 +167,7 @@ int bench_data(const Args& args, const stoker::Config& config) {
   stoker::data::Loader& loader = *built;
   auto& log = stoker::logger();
   log.info("bench-data: {} ({} split: {}, {} output {}x{}x{}, batch {}, {} worker(s), device {})",
-           args.config, args.split, config.data.type, args.output, loader.out_height(), loader.out_width(), loader.channels(),
+           args.config, args.split, config.data.dataset.type(), args.output, loader.out_height(), loader.out_width(), loader.channels(),
            loader.options().batch_size, config.data.workers, device.str());
   const stoker::data::DataBenchResult r = stoker::data::bench_loader(loader, args.batches);
   const double n = static_cast<double>(std::max<int64_t>(1, r.samples));

@@ -7,8 +7,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "common/options.h"
 #include "common/registry.h"
 #include "data/decode.h"
 
@@ -38,22 +40,43 @@ class Dataset {
   virtual std::string describe(int64_t index) const = 0;
 };
 
-// Options for building a dataset split. Keys mirror the `data:` section of the config.
+// Options for building a dataset split: what every data set type takes, plus the type's own keys
+// (`data.<type>:` in a config, e.g. data.synthetic.height), declared by the type's options struct.
 struct DatasetOptions {
   std::string type = "idx";
   std::string root;
   std::string split = "train";  // train | test
   int64_t num_classes = 10;
   int64_t limit = 0;            // keep only the first N samples (0 = all)
-  // synthetic
-  int64_t synthetic_samples = 1024;
-  int64_t synthetic_height = 32, synthetic_width = 32, synthetic_channels = 3;
-  int64_t synthetic_cpu_cost_us = 0;  // busy CPU time per sample, to model an expensive decode
   uint64_t seed = 0;
+  TypedOptions own;             // the type's own options (NoOptions for types without keys)
+};
+
+// The synthetic data set's own keys.
+struct SyntheticOptions : TypeOptionsOf<SyntheticOptions> {
+  int64_t train_samples = 10000;
+  int64_t test_samples = 1000;
+  int64_t height = 32, width = 32, channels = 3;
+  int64_t cpu_cost_us = 0;  // busy CPU time per sample, standing in for an expensive decode
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
 };
 
 using DatasetFactory = std::function<std::shared_ptr<Dataset>(const DatasetOptions&)>;
-Registry<DatasetFactory>& dataset_registry();
+// A registered data set type: its own options (none by default) and its factory. Applications
+// register theirs with dataset_registry().add("name", {options_of<MyOptions>(), factory}) or, for a
+// type without keys of its own, dataset_registry().add("name", factory).
+struct DatasetType {
+  template <typename F, typename = std::enable_if_t<std::is_invocable_v<F, const DatasetOptions&>>>
+  DatasetType(F create) : create(std::move(create)) {}  // NOLINT: implicit, for add(name, factory)
+  DatasetType(OptionsMaker options, DatasetFactory create)
+      : options(std::move(options)), create(std::move(create)) {}
+  OptionsMaker options = options_of<NoOptions>();
+  DatasetFactory create;
+};
+Registry<DatasetType>& dataset_registry();
+// The default options of a registered data set type, as DatasetOptions::own expects them.
+TypedOptions dataset_type_options(const std::string& type);
 std::shared_ptr<Dataset> create_dataset(const DatasetOptions& options);
 
 // An in-memory set of equally sized images: IDX and CIFAR load into this.
@@ -108,16 +131,18 @@ class ImageFolderDataset : public Dataset {
 class SyntheticDataset : public Dataset {
  public:
   explicit SyntheticDataset(const DatasetOptions& options);
-  int64_t size() const override { return options_.synthetic_samples; }
+  int64_t size() const override { return samples_; }
   int64_t num_classes() const override { return options_.num_classes; }
-  int64_t channels() const override { return options_.synthetic_channels; }
-  int64_t height() const override { return options_.synthetic_height; }
-  int64_t width() const override { return options_.synthetic_width; }
+  int64_t channels() const override { return own_.channels; }
+  int64_t height() const override { return own_.height; }
+  int64_t width() const override { return own_.width; }
   void read(int64_t index, RawSample& out) const override;
   std::string describe(int64_t index) const override;
 
  private:
   DatasetOptions options_;
+  SyntheticOptions own_;
+  int64_t samples_ = 0;
   std::vector<std::vector<uint8_t>> stripes_;  // per class: one row of vertical stripes
 };
 

@@ -203,16 +203,30 @@ void ImageFolderDataset::read(int64_t index, RawSample& out) const {
 
 // ---- synthetic ----------------------------------------------------------------------------------------
 
-SyntheticDataset::SyntheticDataset(const DatasetOptions& options) : options_(options) {
-  STOKER_CHECK(options_.synthetic_samples > 0 && options_.synthetic_height > 0 &&
-                   options_.synthetic_width > 0 &&
-                   (options_.synthetic_channels == 1 || options_.synthetic_channels == 3),
-               "synthetic data needs samples > 0, a positive size and 1 or 3 channels");
+void SyntheticOptions::visit(OptionsVisitor& v) {
+  v.field("train_samples", train_samples, rules::at_least(1));
+  v.field("test_samples", test_samples, rules::at_least(1));
+  v.field("height", height, rules::at_least(1));
+  v.field("width", width, rules::at_least(1));
+  v.field("channels", channels, rules::number("1 or 3", 1, 3));
+  v.field("cpu_cost_us", cpu_cost_us, rules::at_least(0));
+}
+
+void SyntheticOptions::check() const {
+  if (channels != 1 && channels != 3) STOKER_FAIL("channels must be 1 or 3, got {}", channels);
+}
+
+SyntheticDataset::SyntheticDataset(const DatasetOptions& options)
+    : options_(options), own_(options.own.as<SyntheticOptions>()) {
+  samples_ = options_.split == "train" ? own_.train_samples : own_.test_samples;
+  if (samples_ <= 0 || own_.height <= 0 || own_.width <= 0 || (own_.channels != 1 && own_.channels != 3)) {
+    STOKER_FAIL("synthetic data needs samples > 0, a positive size and 1 or 3 channels");
+  }
   if (options_.split != "train") options_.seed = mix_seed(options_.seed, 0x7e57);
-  if (options_.limit > 0) options_.synthetic_samples = std::min(options_.synthetic_samples, options_.limit);
+  if (options_.limit > 0) samples_ = std::min(samples_, options_.limit);
   // Each class has its own stripe frequency: a pattern, not a brightness, so that batch
   // normalisation cannot wash the classes together.
-  const int64_t w = options_.synthetic_width;
+  const int64_t w = own_.width;
   for (int64_t c = 0; c < std::max<int64_t>(1, options_.num_classes); ++c) {
     std::vector<uint8_t> row(w);
     for (int64_t x = 0; x < w; ++x) {
@@ -228,9 +242,9 @@ void SyntheticDataset::read(int64_t index, RawSample& out) const {
   out.encoded = false;
   out.label = index % options_.num_classes;
   Image& im = out.image;
-  im.height = options_.synthetic_height;
-  im.width = options_.synthetic_width;
-  im.channels = options_.synthetic_channels;
+  im.height = own_.height;
+  im.width = own_.width;
+  im.channels = own_.channels;
   im.pixels.resize(im.height * im.width * im.channels);
   // The class's stripes plus noise.
   uint64_t state = mix_seed(options_.seed, static_cast<uint64_t>(index));
@@ -243,9 +257,9 @@ void SyntheticDataset::read(int64_t index, RawSample& out) const {
       im.pixels[i + k] = static_cast<uint8_t>(stripes[x] + ((state >> (8 * k)) & 0x3f));
     }
   }
-  if (options_.synthetic_cpu_cost_us > 0) {
+  if (own_.cpu_cost_us > 0) {
     // Busy CPU work standing in for an expensive decode.
-    const auto until = start + std::chrono::microseconds(options_.synthetic_cpu_cost_us);
+    const auto until = start + std::chrono::microseconds(own_.cpu_cost_us);
     while (std::chrono::steady_clock::now() < until) {
     }
   }
@@ -257,22 +271,32 @@ std::string SyntheticDataset::describe(int64_t index) const {
 
 // ---- registry --------------------------------------------------------------------------------------------
 
-Registry<DatasetFactory>& dataset_registry() {
-  static Registry<DatasetFactory>* registry = [] {
-    auto* r = new Registry<DatasetFactory>("dataset");
+Registry<DatasetType>& dataset_registry() {
+  static Registry<DatasetType>* registry = [] {
+    auto* r = new Registry<DatasetType>("dataset");
     r->add("idx", [](const DatasetOptions& o) { return load_idx_dataset(o); });
     r->add("cifar10", [](const DatasetOptions& o) { return load_cifar_dataset(o, 10); });
     r->add("cifar100", [](const DatasetOptions& o) { return load_cifar_dataset(o, 100); });
     r->add("image_folder",
            [](const DatasetOptions& o) { return std::make_shared<ImageFolderDataset>(o); });
-    r->add("synthetic", [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); });
+    r->add("synthetic", {options_of<SyntheticOptions>(),
+                         [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); }});
     return r;
   }();
   return *registry;
 }
 
+TypedOptions dataset_type_options(const std::string& type) {
+  return TypedOptions(type, dataset_registry().get(type).options());
+}
+
 std::shared_ptr<Dataset> create_dataset(const DatasetOptions& options) {
-  return dataset_registry().get(options.type)(options);
+  const DatasetType type = dataset_registry().get(options.type);
+  if (options.own.type() == options.type) return type.create(options);
+  // Options built in code without the type's own keys get that type's defaults.
+  DatasetOptions with_defaults = options;
+  with_defaults.own = dataset_type_options(options.type);
+  return type.create(with_defaults);
 }
 
 }  // namespace stoker::data

@@ -39,6 +39,7 @@ const std::vector<std::string>& epoch_metrics() {
 template <typename V>
 void visit_config(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
+  static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
   v.section("run", [&] {
     v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
     v.field("dir", c.run.dir, non_empty());
@@ -47,11 +48,7 @@ void visit_config(Config& c, V& v) {
     v.field("threads", c.run.threads, at_least(0));
   });
   v.section("data", [&] {
-    Rule known_dataset = non_empty();
-    known_dataset.expected = fmt::format("a registered data set type ({})",
-                                         fmt::join(data::dataset_registry().names(), ", "));
-    known_dataset.accepts = [](const std::string& s) { return data::dataset_registry().contains(s); };
-    v.field("type", c.data.type, known_dataset);
+    v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
     v.field("root", c.data.root, described("a folder path"));
     v.field("num_classes", c.data.num_classes, at_least(2));
     v.field("batch_size", c.data.batch_size, at_least(1));
@@ -71,14 +68,6 @@ void visit_config(Config& c, V& v) {
     v.field("test_limit", c.data.test_limit, at_least(0));
     v.field("shard_rank", c.data.shard_rank, at_least(0));
     v.field("shard_count", c.data.shard_count, at_least(1));
-    v.section("synthetic", [&] {
-      v.field("train_samples", c.data.synthetic.train_samples, at_least(1));
-      v.field("test_samples", c.data.synthetic.test_samples, at_least(1));
-      v.field("height", c.data.synthetic.height, at_least(1));
-      v.field("width", c.data.synthetic.width, at_least(1));
-      v.field("channels", c.data.synthetic.channels, number("1 or 3", 1, 3));
-      v.field("cpu_cost_us", c.data.synthetic.cpu_cost_us, at_least(0));
-    });
   });
   v.section("model", [&] {
     Rule known_model = non_empty();
@@ -160,9 +149,6 @@ void check_consistency(const Config& c, const std::string& source) {
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
                      c.data.shard_count));
-  }
-  if (c.data.synthetic.channels != 1 && c.data.synthetic.channels != 3) {
-    fail(fmt::format("data.synthetic.channels must be 1 or 3, got {}", c.data.synthetic.channels));
   }
   if (c.model.blocks.size() != c.model.widths.size()) {
     fail(fmt::format("model.blocks has {} entries but model.widths has {}; give one block count per "

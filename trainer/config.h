@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "data/dataset.h"
 
 namespace stoker {
 
@@ -22,15 +23,10 @@ struct RunOptions {
   int64_t threads = 0;          // libtorch intra-op threads; 0 = one per core
 };
 
-struct SyntheticDataOptions {
-  int64_t train_samples = 10000;
-  int64_t test_samples = 1000;
-  int64_t height = 32, width = 32, channels = 3;
-  int64_t cpu_cost_us = 0;  // busy CPU time per sample, standing in for an expensive decode
-};
-
 struct DataOptions {
-  std::string type = "idx";  // idx | cifar10 | cifar100 | image_folder | synthetic (or registered)
+  // data.type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and that type's
+  // own keys, under data.<type> (data.synthetic.height, ...).
+  TypedOptions dataset = data::dataset_type_options("idx");
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t num_classes = 10;
   int64_t batch_size = 128;
@@ -51,7 +47,6 @@ struct DataOptions {
   int64_t test_limit = 0;   // use only the first N test samples (0 = all)
   int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
   int64_t shard_count = 1;
-  SyntheticDataOptions synthetic;
 };
 
 struct ModelOptions {

@@ -53,17 +53,13 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   const DataOptions& d = config.data;
   const bool train = split == "train";
   data::DatasetOptions o;
-  o.type = d.type;
+  o.type = d.dataset.type();
+  o.own = d.dataset;
   o.root = d.root;
   o.split = split;
   o.num_classes = d.num_classes;
   o.limit = train ? d.train_limit : d.test_limit;
   o.seed = config.run.seed;
-  o.synthetic_samples = train ? d.synthetic.train_samples : d.synthetic.test_samples;
-  o.synthetic_height = d.synthetic.height;
-  o.synthetic_width = d.synthetic.width;
-  o.synthetic_channels = d.synthetic.channels;
-  o.synthetic_cpu_cost_us = d.synthetic.cpu_cost_us;
   std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
   STOKER_CHECK(dataset->num_classes() == d.num_classes,
                "the {} data has {} classes but data.num_classes is {}; make them agree", split,
@@ -209,9 +205,9 @@ TrainOutcome run_training(const TrainRequest& request) {
                 torch::get_num_threads(), config.model.type, params / 1e6);
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
                 "epochs; {} loader worker(s){}",
-                loaders.train->num_samples(), loaders.test->num_samples(), config.data.type,
+                loaders.train->num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
                 loaders.train->out_height(), loaders.train->out_width(), loaders.train->channels(),
-                config.data.type == "synthetic" ? std::string("generated samples") : config.data.root,
+                config.data.dataset.type() == "synthetic" ? std::string("generated samples") : config.data.root,
                 trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
                 loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
   if (config.optimizer.lr_reference_batch > 0) {

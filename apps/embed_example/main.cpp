@@ -36,19 +36,29 @@ namespace {
 // Grey side x side images: noise plus one bright line, a row (class 0) or a column (class 1), at a
 // random place. Sample i is a pure function of (seed, split, i), as Stoker's loader expects: it may
 // read samples in any order, from several threads.
+// Its own keys, under `data.bars:` in the config: declared once here, with their checks; the config
+// reader validates them, prints them with --print-config and rejects keys bars does not have.
+struct BarsOptions : stoker::TypeOptionsOf<BarsOptions> {
+  int64_t train_samples = 2000;
+  int64_t test_samples = 1000;
+  int64_t side = 12;  // images are side x side pixels
+  void visit(stoker::OptionsVisitor& v) override {
+    v.field("train_samples", train_samples, stoker::rules::at_least(1));
+    v.field("test_samples", test_samples, stoker::rules::at_least(1));
+    v.field("side", side, stoker::rules::at_least(4));
+  }
+};
+
 class BarsDataset : public stoker::data::Dataset {
  public:
-  // The options come from the `data:` section; this data set reads num_classes (must be 2),
-  // synthetic.{train,test}_samples, synthetic.height/width (equal) and run.seed.
+  // `options` holds what every data set gets from the `data:` section (split, num_classes, limit,
+  // run.seed) and, in options.own, the BarsOptions read from `data.bars:`.
   explicit BarsDataset(const stoker::data::DatasetOptions& options)
-      : samples_(options.synthetic_samples),
-        side_(options.synthetic_height),
+      : samples_(options.split == "train" ? options.own.as<BarsOptions>().train_samples
+                                          : options.own.as<BarsOptions>().test_samples),
+        side_(options.own.as<BarsOptions>().side),
         seed_(stoker::data::mix_seed(options.seed, options.split == "train" ? 1 : 2)) {
-    STOKER_CHECK(options.num_classes == 2, "bars has 2 classes; set data.num_classes: 2, not {}",
-                 options.num_classes);
-    STOKER_CHECK(options.synthetic_height == options.synthetic_width && side_ >= 4,
-                 "bars images are square, at least 4x4; got data.synthetic height {} width {}",
-                 options.synthetic_height, options.synthetic_width);
+    if (options.num_classes != 2) STOKER_FAIL("bars has 2 classes; set data.num_classes: 2, not {}", options.num_classes);
     if (options.limit > 0 && options.limit < samples_) samples_ = options.limit;
   }
 
@@ -125,7 +135,7 @@ data:
   eval_batch_size: 500
   mean: [0.35]              # per channel, on the 0..1 scale
   std: [0.2]
-  synthetic: {train_samples: 2000, test_samples: 1000, height: 12, width: 12, channels: 1}
+  bars: {train_samples: 2000, test_samples: 1000, side: 12}   # bars' own keys (BarsOptions)
 model:
   type: bar_net             # the model registered below
   widths: [8]               # bar_net's number of filters (one stage: one entry in widths
@@ -142,9 +152,10 @@ constexpr double kMustReach = 0.80;  // test accuracy that counts as "learned" (
 int main(int argc, char** argv) {
   try {
     // ---- 3. register the application's parts by name, before the config names them ----
-    stoker::data::dataset_registry().add("bars", [](const stoker::data::DatasetOptions& options) {
-      return std::make_shared<BarsDataset>(options);
-    });
+    stoker::data::dataset_registry().add(
+        "bars", {stoker::options_of<BarsOptions>(), [](const stoker::data::DatasetOptions& options) {
+                   return std::make_shared<BarsDataset>(options);
+                 }});
     stoker::models::model_registry().add("bar_net", [](const stoker::models::ModelSpec& spec) {
       STOKER_CHECK(spec.widths.size() == 1, "bar_net takes one width (its filters), got {}",
                    spec.widths.size());

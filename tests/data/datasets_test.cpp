@@ -115,10 +115,12 @@ TEST(ImageFolder, CorruptFilesAreSkippedThroughTheLoader) {
 
 TEST(Synthetic, IsDeterministicAndSized) {
   DatasetOptions o = options("synthetic", "");
-  o.synthetic_samples = 10;
-  o.synthetic_height = 6;
-  o.synthetic_width = 4;
-  o.synthetic_channels = 3;
+  o.own = dataset_type_options("synthetic");
+  auto& own = o.own.as<SyntheticOptions>();
+  own.train_samples = 10;
+  own.height = 6;
+  own.width = 4;
+  own.channels = 3;
   auto a = create_dataset(o), b = create_dataset(o);
   RawSample sa, sb;
   a->read(7, sa);

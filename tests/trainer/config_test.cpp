@@ -28,7 +28,7 @@ TEST(Config, EmptyTextGivesTheDefaults) {
 TEST(Config, ReadsEveryKindOfValue) {
   const Config c = parse_config(R"(
 run: {name: exp-1, seed: 9, device: cuda:1, threads: 3}
-data: {batch_size: 64, shuffle: no, workers: 3, mean: [0.1, 0.2, 0.3], std: [1, 2, 3], synthetic: {height: 8, cpu_cost_us: 50}}
+data: {type: synthetic, batch_size: 64, shuffle: no, workers: 3, mean: [0.1, 0.2, 0.3], std: [1, 2, 3], synthetic: {height: 8, cpu_cost_us: 50}}
 model: {widths: [8, 16], blocks: [2, 1], dropout: 0.25}
 optimizer: {type: adamw, lr: 3e-4, betas: [0.8, 0.95]}
 schedule: {type: constant}
@@ -40,9 +40,10 @@ train: {epochs: 4, channels_last: true}
   EXPECT_EQ(c.data.batch_size, 64);
   EXPECT_FALSE(c.data.shuffle);
   EXPECT_EQ(c.data.workers, 3);
-  EXPECT_EQ(c.data.synthetic.height, 8);
-  EXPECT_EQ(c.data.synthetic.cpu_cost_us, 50);
-  EXPECT_EQ(c.data.synthetic.width, SyntheticDataOptions().width);
+  const auto& synthetic = c.data.dataset.as<data::SyntheticOptions>();
+  EXPECT_EQ(synthetic.height, 8);
+  EXPECT_EQ(synthetic.cpu_cost_us, 50);
+  EXPECT_EQ(synthetic.width, data::SyntheticOptions().width);
   EXPECT_EQ(c.data.std, (std::vector<double>{1, 2, 3}));
   EXPECT_EQ(c.model.blocks, (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(c.optimizer.type, "adamw");
@@ -136,13 +137,19 @@ data:
   EXPECT_EQ(error_of("data:\n  train_transforms: horizontal_flip\n"),
             "recipe.yaml: data.train_transforms at line 2: expected a list of transforms, e.g. "
             "[{type: center_crop}], got \"horizontal_flip\"");
-  EXPECT_EQ(error_of("data:\n  synthetic: {channels: 2}\n"),
-            "recipe.yaml: data.synthetic.channels must be 1 or 3, got 2");
-  EXPECT_EQ(error_of("data:\n  synthetic: {depth: 2}\n"),
-            "recipe.yaml: data.synthetic.depth at line 2: unknown key 'depth' in section "
+  EXPECT_EQ(error_of("data:\n  type: synthetic\n  synthetic: {channels: 2}\n"),
+            "recipe.yaml: data.synthetic at line 3: channels must be 1 or 3, got 2");
+  EXPECT_EQ(error_of("data:\n  synthetic: {channels: 3}\n"),
+            "recipe.yaml: data.synthetic at line 2: this section holds the keys of data.type: synthetic, "
+            "but data.type is idx; remove it or change data.type");
+  EXPECT_EQ(error_of("data:\n  type: synthetic\n  synthetic: {depth: 2}\n"),
+            "recipe.yaml: data.synthetic.depth at line 3: unknown key 'depth' in section "
             "'data.synthetic'; known keys: channels, cpu_cost_us, height, test_samples, train_samples, "
             "width");
-  EXPECT_EQ(parse_config("", "r.yaml", {"data.synthetic.cpu_cost_us=250"}).data.synthetic.cpu_cost_us, 250);
+  EXPECT_EQ(parse_config("", "r.yaml", {"data.type=synthetic", "data.synthetic.cpu_cost_us=250"})
+                .data.dataset.as<data::SyntheticOptions>()
+                .cpu_cost_us,
+            250);
 }
 
 TEST(Config, InvalidYamlNamesLineAndColumn) {

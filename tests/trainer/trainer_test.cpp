@@ -218,7 +218,7 @@ TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
   TrainRequest request;
   request.config = stoker::testing::tiny_config(data.path(), runs.path());
   Config& c = request.config;
-  c.data.type = "image_folder";
+  c.data.dataset = data::dataset_type_options("image_folder");
   c.data.num_classes = 2;
   c.data.batch_size = 8;
   c.data.workers = 2;
