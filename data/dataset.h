@@ -126,6 +126,23 @@ class ImageFolderDataset : public Dataset {
   std::vector<int64_t> labels_;
 };
 
+// Image files named one by one (what `trainer predict` classifies): JPEG or PNG, of any size,
+// decoded to `channels` channels (1 gray, 3 RGB). They have no labels: read() gives label -1.
+class ImageFilesDataset : public Dataset {
+ public:
+  ImageFilesDataset(std::vector<std::string> files, int64_t channels);
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  int64_t num_classes() const override { return 0; }
+  int64_t channels() const override { return channels_; }
+  // Throws stoker::Error naming the file when it is missing, a folder, unreadable or empty.
+  void read(int64_t index, RawSample& out) const override;
+  std::string describe(int64_t index) const override { return files_[index]; }
+
+ private:
+  std::vector<std::string> files_;
+  int64_t channels_;
+};
+
 // Random images of a configured size (deterministic per index), with an optional busy CPU cost per
 // sample: the way to see, and measure, a starved GPU.
 class SyntheticDataset : public Dataset {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -15,7 +16,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/idx.h"
-#include "data/loader.h"
+#include "data/random.h"
 
 namespace stoker::data {
 namespace fs = std::filesystem;
@@ -199,6 +200,28 @@ void ImageFolderDataset::read(int64_t index, RawSample& out) const {
   const size_t got = size > 0 ? std::fread(out.bytes.data(), 1, out.bytes.size(), f) : 0;
   std::fclose(f);
   STOKER_CHECK(got == out.bytes.size(), "{}: read {} of {} bytes", path, got, out.bytes.size());
+}
+
+// ---- image files ------------------------------------------------------------------------------------
+
+ImageFilesDataset::ImageFilesDataset(std::vector<std::string> files, int64_t channels)
+    : files_(std::move(files)), channels_(channels) {
+  STOKER_CHECK(!files_.empty(), "no image files given");
+  STOKER_CHECK(channels == 1 || channels == 3, "images are decoded to 1 (gray) or 3 (RGB) channels, not {}",
+               channels);
+}
+
+void ImageFilesDataset::read(int64_t index, RawSample& out) const {
+  const fs::path path = files_[index];
+  STOKER_CHECK(!fs::is_directory(path), "cannot read image {}: it is a folder", path.string());
+  std::ifstream in(path, std::ios::binary);
+  STOKER_CHECK(in.good(), "cannot read image {}: {}", path.string(),
+               fs::exists(path) ? "permission denied" : "no such file");
+  out.encoded = true;
+  out.label = -1;
+  out.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  STOKER_CHECK(!in.bad(), "cannot read image {}: read error", path.string());
+  STOKER_CHECK(!out.bytes.empty(), "cannot read image {}: the file is empty", path.string());
 }
 
 // ---- synthetic ----------------------------------------------------------------------------------------

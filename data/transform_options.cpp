@@ -27,14 +27,35 @@ void RandomCropOptions::visit(OptionsVisitor& v) {
   v.field("padding", padding, rules::at_least(0));
 }
 
+namespace {
+
+std::pair<double, double> low_high(const std::vector<double>& v) { return {v.at(0), v.at(1)}; }
+
+template <typename Options, typename Make>
+TransformType entry(Make make) {
+  return {options_of<Options>(), [make](const TypedOptions& t) -> std::shared_ptr<const Transform> {
+            return make(t.as<Options>());
+          }};
+}
+
+}  // namespace
+
 Registry<TransformType>& transform_registry() {
   static Registry<TransformType>* registry = [] {
     auto* r = new Registry<TransformType>("transform");
-    r->add("random_resized_crop", {options_of<RandomResizedCropOptions>()});
-    r->add("resize", {options_of<ResizeOptions>()});
-    r->add("center_crop", {options_of<CenterCropOptions>()});
-    r->add("random_crop", {options_of<RandomCropOptions>()});
-    r->add("horizontal_flip", {options_of<HorizontalFlipOptions>()});
+    r->add("random_resized_crop", entry<RandomResizedCropOptions>([](const RandomResizedCropOptions& o) {
+             return std::make_shared<RandomResizedCrop>(o.size, low_high(o.scale), low_high(o.ratio));
+           }));
+    r->add("resize", entry<ResizeOptions>([](const ResizeOptions& o) { return std::make_shared<Resize>(o.size); }));
+    r->add("center_crop", entry<CenterCropOptions>([](const CenterCropOptions& o) {
+             return std::make_shared<CenterCrop>(o.size);
+           }));
+    r->add("random_crop", entry<RandomCropOptions>([](const RandomCropOptions& o) {
+             return std::make_shared<RandomCrop>(o.size, o.padding);
+           }));
+    r->add("horizontal_flip", entry<HorizontalFlipOptions>([](const HorizontalFlipOptions& o) {
+             return std::make_shared<HorizontalFlip>(o.p);
+           }));
     return r;
   }();
   return *registry;
@@ -44,31 +65,18 @@ TypedOptions make_transform(const std::string& type) {
   return TypedOptions(type, transform_registry().get(type).options());
 }
 
-TransformSpec to_transform_spec(const TypedOptions& t) {
-  TransformSpec spec;
-  spec.type = t.type();
-  if (t.type() == "random_resized_crop") {
-    const auto& o = t.as<RandomResizedCropOptions>();
-    spec.size = o.size;
-    spec.scale = o.scale;
-    spec.ratio = o.ratio;
-  } else if (t.type() == "resize") {
-    spec.size = t.as<ResizeOptions>().size;
-  } else if (t.type() == "center_crop") {
-    spec.size = t.as<CenterCropOptions>().size;
-  } else if (t.type() == "random_crop") {
-    spec.size = t.as<RandomCropOptions>().size;
-    spec.padding = t.as<RandomCropOptions>().padding;
-  } else if (t.type() == "horizontal_flip") {
-    spec.p = t.as<HorizontalFlipOptions>().p;
+TransformPipeline make_transform_pipeline(const std::vector<TypedOptions>& transforms) {
+  std::vector<std::shared_ptr<const Transform>> built;
+  for (size_t i = 0; i < transforms.size(); ++i) {
+    const TypedOptions& t = transforms[i];
+    try {
+      t.options().check();
+      built.push_back(transform_registry().get(t.type()).create(t));
+    } catch (const Error& e) {
+      STOKER_FAIL("transforms[{}] ({}): {}", i, t.type(), e.what());
+    }
   }
-  return spec;
-}
-
-std::vector<TransformSpec> to_transform_specs(const std::vector<TypedOptions>& transforms) {
-  std::vector<TransformSpec> specs;
-  for (const auto& t : transforms) specs.push_back(to_transform_spec(t));
-  return specs;
+  return TransformPipeline(std::move(built));
 }
 
 }  // namespace stoker::data

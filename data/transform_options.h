@@ -5,10 +5,15 @@
 //   center_crop {size}
 //   random_crop {size, padding}    zero padding on each side, then a random size x size crop
 //   horizontal_flip {p}
-// Applications register more with transform_registry().add(name, {options_of<MyOptions>()}).
+// Each registry entry gives the type's options and builds its Transform (data/transforms.h) from
+// them; applications register their own the same way:
+//   transform_registry().add("my_blur", {options_of<MyBlurOptions>(), [](const TypedOptions& o) {
+//     return std::make_shared<MyBlur>(o.as<MyBlurOptions>().radius); }});
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,9 +55,13 @@ struct HorizontalFlipOptions : TypeOptionsOf<HorizontalFlipOptions> {
   void visit(OptionsVisitor& v) override { v.field("p", p, rules::unit_closed()); }
 };
 
-// A registered transform type.
+// Builds a transform from its (checked) options.
+using TransformFactory = std::function<std::shared_ptr<const Transform>(const TypedOptions&)>;
+
+// A registered transform type: its options and how to build it from them.
 struct TransformType {
   OptionsMaker options;
+  TransformFactory create;
 };
 Registry<TransformType>& transform_registry();
 
@@ -60,8 +69,9 @@ Registry<TransformType>& transform_registry();
 //   make_transform("center_crop").as<CenterCropOptions>().size = 224;
 TypedOptions make_transform(const std::string& type);
 
-// The pipeline's description of a transform of one of the five built-in types.
-TransformSpec to_transform_spec(const TypedOptions& transform);
-std::vector<TransformSpec> to_transform_specs(const std::vector<TypedOptions>& transforms);
+// The transforms `transforms` describe, in order: each one's options checked (check()), then built by
+// its registered type. An error names the transform by position and type: "transforms[1]
+// (center_crop): center_crop needs a 'size' (pixels)".
+TransformPipeline make_transform_pipeline(const std::vector<TypedOptions>& transforms);
 
 }  // namespace stoker::data

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <fmt/format.h>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -12,136 +11,128 @@
 
 namespace stoker::data {
 
-// ---- randomness ------------------------------------------------------------------------------------------
-
-uint64_t splitmix64(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t SampleRng::next() {
-  const uint64_t r = splitmix64(state_);
-  state_ += 0x9e3779b97f4a7c15ull;
-  return r;
-}
-
-double SampleRng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-int64_t SampleRng::integer(int64_t lo, int64_t hi) {
-  if (hi <= lo) return lo;
-  return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-}
-
 // ---- planning ----------------------------------------------------------------------------------------------
 
-TransformPipeline::TransformPipeline(std::vector<TransformSpec> specs, const std::string& where)
-    : specs_(std::move(specs)) {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    const TransformSpec& t = specs_[i];
-    const std::string at = fmt::format("{}[{}] ({})", where, i, t.type);
-    if (t.type == "random_resized_crop" || t.type == "resize" || t.type == "center_crop" ||
-        t.type == "random_crop") {
-      STOKER_CHECK(t.size > 0, "{}: size must be a positive number of pixels", at);
-    } else if (t.type != "horizontal_flip") {
-      STOKER_FAIL("{}: unknown transform; known: random_resized_crop, resize, center_crop, random_crop, "
-                  "horizontal_flip",
-                  at);
-    }
-    if (t.type == "random_resized_crop") {
-      STOKER_CHECK(t.scale.size() == 2 && t.scale[0] > 0 && t.scale[0] <= t.scale[1] && t.scale[1] <= 1,
-                   "{}: scale must be [lo, hi] with 0 < lo <= hi <= 1", at);
-      STOKER_CHECK(t.ratio.size() == 2 && t.ratio[0] > 0 && t.ratio[0] <= t.ratio[1],
-                   "{}: ratio must be [lo, hi] with 0 < lo <= hi", at);
-    }
-    STOKER_CHECK(t.padding >= 0, "{}: padding must be >= 0", at);
-    STOKER_CHECK(t.p >= 0 && t.p <= 1, "{}: p must be in [0, 1]", at);
-  }
+PlanView PlanView::of_image(int64_t height, int64_t width) {
+  PlanView v;
+  v.w = v.lw = static_cast<double>(width);
+  v.h = v.lh = static_cast<double>(height);
+  return v;
+}
+
+void PlanView::crop(double lx, double ly, double cw, double ch, double out_w, double out_h) {
+  const double sx = w / lw, sy = h / lh;
+  // A flipped view reads its logical x from the right edge of the source region.
+  x = flip ? x + (lw - lx - cw) * sx : x + lx * sx;
+  y = y + ly * sy;
+  w = cw * sx;
+  h = ch * sy;
+  lw = out_w;
+  lh = out_h;
 }
 
 namespace {
-
-// The plan under construction: a region of the source in floating point, the logical size it has
-// become, and the flip.
-struct View {
-  double x, y, w, h;  // source region
-  double lw, lh;      // logical width and height after the transforms so far
-  bool flip = false;
-};
-
-// Narrows `v` to the logical rectangle (lx, ly, cw, ch) and makes that the new logical size.
-void crop_logical(View& v, double lx, double ly, double cw, double ch, double out_w, double out_h) {
-  const double sx = v.w / v.lw, sy = v.h / v.lh;
-  // A flipped view reads its logical x from the right edge of the source region.
-  const double src_x = v.flip ? v.x + (v.lw - lx - cw) * sx : v.x + lx * sx;
-  v.x = src_x;
-  v.y = v.y + ly * sy;
-  v.w = cw * sx;
-  v.h = ch * sy;
-  v.lw = out_w;
-  v.lh = out_h;
+void check_size(const char* type, int64_t size) {
+  STOKER_CHECK(size > 0, "{}: size must be a positive number of pixels, got {}", type, size);
 }
-
-void step(const TransformSpec& t, View& v, SampleRng* rng) {
-  if (t.type == "resize") {
-    const double s = static_cast<double>(t.size) / std::min(v.lw, v.lh);
-    v.lw = std::round(v.lw * s);
-    v.lh = std::round(v.lh * s);
-  } else if (t.type == "center_crop") {
-    const double c = static_cast<double>(t.size);
-    crop_logical(v, std::round((v.lw - c) / 2), std::round((v.lh - c) / 2), c, c, c, c);
-  } else if (t.type == "random_crop") {
-    const double c = static_cast<double>(t.size);
-    const double pad = static_cast<double>(t.padding);
-    // Offsets within the padded image, in logical pixels; may be negative (into the padding).
-    const double max_x = v.lw + 2 * pad - c, max_y = v.lh + 2 * pad - c;
-    const double ox = rng ? static_cast<double>(rng->integer(0, static_cast<int64_t>(std::max(0.0, max_x)))) : max_x / 2;
-    const double oy = rng ? static_cast<double>(rng->integer(0, static_cast<int64_t>(std::max(0.0, max_y)))) : max_y / 2;
-    crop_logical(v, ox - pad, oy - pad, c, c, c, c);
-  } else if (t.type == "random_resized_crop") {
-    const double s = static_cast<double>(t.size);
-    const double area = v.lw * v.lh;
-    double cw = 0, ch = 0, cx = 0, cy = 0;
-    bool found = false;
-    for (int attempt = 0; attempt < 10 && rng && !found; ++attempt) {
-      const double target = area * (t.scale[0] + (t.scale[1] - t.scale[0]) * rng->uniform());
-      const double log_lo = std::log(t.ratio[0]), log_hi = std::log(t.ratio[1]);
-      const double aspect = std::exp(log_lo + (log_hi - log_lo) * rng->uniform());
-      cw = std::round(std::sqrt(target * aspect));
-      ch = std::round(std::sqrt(target / aspect));
-      if (cw > 0 && ch > 0 && cw <= v.lw && ch <= v.lh) {
-        cx = static_cast<double>(rng->integer(0, static_cast<int64_t>(v.lw - cw)));
-        cy = static_cast<double>(rng->integer(0, static_cast<int64_t>(v.lh - ch)));
-        found = true;
-      }
-    }
-    if (!found) {  // torchvision's fallback: a centred crop of the clamped aspect ratio
-      const double in_ratio = v.lw / v.lh;
-      if (in_ratio < t.ratio[0]) {
-        cw = v.lw;
-        ch = std::round(cw / t.ratio[0]);
-      } else if (in_ratio > t.ratio[1]) {
-        ch = v.lh;
-        cw = std::round(ch * t.ratio[1]);
-      } else {
-        cw = v.lw;
-        ch = v.lh;
-      }
-      cx = std::round((v.lw - cw) / 2);
-      cy = std::round((v.lh - ch) / 2);
-    }
-    crop_logical(v, cx, cy, cw, ch, s, s);
-  } else if (t.type == "horizontal_flip") {
-    if (rng && rng->uniform() < t.p) v.flip = !v.flip;
-  }
-}
-
 }  // namespace
 
+Resize::Resize(int64_t size) : size_(size) { check_size("resize", size); }
+
+void Resize::plan(PlanView& v, SampleRng*) const {
+  const double s = static_cast<double>(size_) / std::min(v.lw, v.lh);
+  v.lw = std::round(v.lw * s);
+  v.lh = std::round(v.lh * s);
+}
+
+CenterCrop::CenterCrop(int64_t size) : size_(size) { check_size("center_crop", size); }
+
+void CenterCrop::plan(PlanView& v, SampleRng*) const {
+  const double c = static_cast<double>(size_);
+  v.crop(std::round((v.lw - c) / 2), std::round((v.lh - c) / 2), c, c, c, c);
+}
+
+RandomCrop::RandomCrop(int64_t size, int64_t padding) : size_(size), padding_(padding) {
+  check_size("random_crop", size);
+  STOKER_CHECK(padding >= 0, "random_crop: padding must be >= 0, got {}", padding);
+}
+
+void RandomCrop::plan(PlanView& v, SampleRng* rng) const {
+  const double c = static_cast<double>(size_);
+  const double pad = static_cast<double>(padding_);
+  // Offsets within the padded image, in logical pixels; may be negative (into the padding).
+  const double max_x = v.lw + 2 * pad - c, max_y = v.lh + 2 * pad - c;
+  const auto offset = [rng](double max) {
+    return rng ? static_cast<double>(rng->integer(0, static_cast<int64_t>(std::max(0.0, max)))) : max / 2;
+  };
+  const double ox = offset(max_x);
+  const double oy = offset(max_y);
+  v.crop(ox - pad, oy - pad, c, c, c, c);
+}
+
+RandomResizedCrop::RandomResizedCrop(int64_t size, std::pair<double, double> scale,
+                                     std::pair<double, double> ratio)
+    : size_(size), scale_(scale), ratio_(ratio) {
+  check_size("random_resized_crop", size);
+  STOKER_CHECK(scale.first > 0 && scale.first <= scale.second && scale.second <= 1,
+               "random_resized_crop: scale must be [low, high] with 0 < low <= high <= 1, got [{}, {}]",
+               scale.first, scale.second);
+  STOKER_CHECK(ratio.first > 0 && ratio.first <= ratio.second,
+               "random_resized_crop: ratio must be [low, high] with 0 < low <= high, got [{}, {}]",
+               ratio.first, ratio.second);
+}
+
+void RandomResizedCrop::plan(PlanView& v, SampleRng* rng) const {
+  const double s = static_cast<double>(size_);
+  const double area = v.lw * v.lh;
+  double cw = 0, ch = 0, cx = 0, cy = 0;
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && rng && !found; ++attempt) {
+    const double target = area * (scale_.first + (scale_.second - scale_.first) * rng->uniform());
+    const double log_lo = std::log(ratio_.first), log_hi = std::log(ratio_.second);
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * rng->uniform());
+    cw = std::round(std::sqrt(target * aspect));
+    ch = std::round(std::sqrt(target / aspect));
+    if (cw > 0 && ch > 0 && cw <= v.lw && ch <= v.lh) {
+      cx = static_cast<double>(rng->integer(0, static_cast<int64_t>(v.lw - cw)));
+      cy = static_cast<double>(rng->integer(0, static_cast<int64_t>(v.lh - ch)));
+      found = true;
+    }
+  }
+  if (!found) {  // torchvision's fallback: a centred crop of the clamped aspect ratio
+    const double in_ratio = v.lw / v.lh;
+    if (in_ratio < ratio_.first) {
+      cw = v.lw;
+      ch = std::round(cw / ratio_.first);
+    } else if (in_ratio > ratio_.second) {
+      ch = v.lh;
+      cw = std::round(ch * ratio_.second);
+    } else {
+      cw = v.lw;
+      ch = v.lh;
+    }
+    cx = std::round((v.lw - cw) / 2);
+    cy = std::round((v.lh - ch) / 2);
+  }
+  v.crop(cx, cy, cw, ch, s, s);
+}
+
+HorizontalFlip::HorizontalFlip(double p) : p_(p) {
+  STOKER_CHECK(p >= 0 && p <= 1, "horizontal_flip: p must be in [0, 1], got {}", p);
+}
+
+void HorizontalFlip::plan(PlanView& v, SampleRng* rng) const {
+  if (rng && rng->uniform() < p_) v.flip = !v.flip;
+}
+
+TransformPipeline::TransformPipeline(std::vector<std::shared_ptr<const Transform>> transforms)
+    : transforms_(std::move(transforms)) {
+  for (const auto& t : transforms_) STOKER_CHECK(t != nullptr, "a transform pipeline holds a null transform");
+}
+
 std::pair<int64_t, int64_t> TransformPipeline::output_size(int64_t height, int64_t width) const {
-  View v{0, 0, double(width), double(height), double(width), double(height)};
-  for (const auto& t : specs_) step(t, v, nullptr);
+  PlanView v = PlanView::of_image(height, width);
+  for (const auto& t : transforms_) t->plan(v, nullptr);
   return {static_cast<int64_t>(v.lh), static_cast<int64_t>(v.lw)};
 }
 
@@ -150,8 +141,8 @@ bool TransformPipeline::fixed_output() const {
 }
 
 SamplePlan TransformPipeline::plan(int64_t height, int64_t width, SampleRng& rng) const {
-  View v{0, 0, double(width), double(height), double(width), double(height)};
-  for (const auto& t : specs_) step(t, v, &rng);
+  PlanView v = PlanView::of_image(height, width);
+  for (const auto& t : transforms_) t->plan(v, &rng);
   SamplePlan p;
   p.region.x = static_cast<int64_t>(std::lround(v.x));
   p.region.y = static_cast<int64_t>(std::lround(v.y));

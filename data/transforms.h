@@ -1,31 +1,26 @@
-// CPU transforms on uint8 images, composed from YAML:
-//   random_resized_crop {size, scale: [lo, hi], ratio: [lo, hi]}   (torchvision semantics)
-//   resize {size}                  shorter side to `size`
-//   center_crop {size}
-//   random_crop {size, padding}    zero padding on each side, then a random size x size crop
-//   horizontal_flip {p}
-// A pipeline is first *planned* per sample from the image size alone (which part of the source, what
-// output size, flipped or not), so that a JPEG decoder can decode only that region, at a reduced
-// DCT scale where it can; then the plan is *applied* to the decoded pixels, writing straight into
-// the sample's slot of a batch buffer. Randomness comes from a per-sample seed.
+// CPU transforms on uint8 images, as objects that compose. The built-in ones (their options and
+// registry entries are in data/transform_options.h):
+//   RandomResizedCrop {size, scale: [lo, hi], ratio: [lo, hi]}   (torchvision semantics)
+//   Resize {size}                  shorter side to `size`
+//   CenterCrop {size}
+//   RandomCrop {size, padding}     zero padding on each side, then a random size x size crop
+//   HorizontalFlip {p}
+// A pipeline of transforms is first *planned* per sample from the image size alone (which part of
+// the source, what output size, flipped or not): each transform narrows or rescales a PlanView. A
+// JPEG decoder can then decode only that region, at a reduced DCT scale where it can; and the plan
+// is *applied* to the decoded pixels once, writing straight into the sample's slot of a batch
+// buffer. Randomness comes from a per-sample seed (data/random.h).
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "data/decode.h"
+#include "data/random.h"
 
 namespace stoker::data {
-
-struct TransformSpec {
-  std::string type;  // random_resized_crop | resize | center_crop | random_crop | horizontal_flip
-  int64_t size = 0;
-  std::vector<double> scale{0.08, 1.0};
-  std::vector<double> ratio{3.0 / 4.0, 4.0 / 3.0};
-  int64_t padding = 0;
-  double p = 0.5;
-};
 
 // What to do with one sample: take `region` of the source (it may reach outside the image: that part
 // is zero), resample it to out_height x out_width, and mirror it when `flip`.
@@ -35,36 +30,89 @@ struct SamplePlan {
   bool flip = false;
 };
 
-// One splitmix64 step: a 64-bit mix of `x` (the root of every per-sample random number).
-uint64_t splitmix64(uint64_t x);
+// A plan under construction: a region of the source in floating point, the logical size it has
+// become after the transforms so far, and the flip.
+struct PlanView {
+  double x = 0, y = 0, w = 0, h = 0;  // source region
+  double lw = 0, lh = 0;              // logical width and height
+  bool flip = false;
 
-// A small, fast per-sample random generator (splitmix64).
-class SampleRng {
- public:
-  explicit SampleRng(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  double uniform();                        // [0, 1)
-  int64_t integer(int64_t lo, int64_t hi);  // [lo, hi]
-
- private:
-  uint64_t state_;
+  static PlanView of_image(int64_t height, int64_t width);
+  // Narrows the view to the logical rectangle (lx, ly, cw, ch), which becomes out_w x out_h.
+  void crop(double lx, double ly, double cw, double ch, double out_w, double out_h);
 };
 
+// One transform: how it changes the plan of a sample.
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  // Narrows, rescales or flips `view`. `rng` is null when only the output size is asked for:
+  // random transforms then make their middle (or no) choice.
+  virtual void plan(PlanView& view, SampleRng* rng) const = 0;
+};
+
+class Resize : public Transform {
+ public:
+  explicit Resize(int64_t size);
+  void plan(PlanView& view, SampleRng* rng) const override;
+
+ private:
+  int64_t size_;
+};
+
+class CenterCrop : public Transform {
+ public:
+  explicit CenterCrop(int64_t size);
+  void plan(PlanView& view, SampleRng* rng) const override;
+
+ private:
+  int64_t size_;
+};
+
+class RandomCrop : public Transform {
+ public:
+  RandomCrop(int64_t size, int64_t padding);
+  void plan(PlanView& view, SampleRng* rng) const override;
+
+ private:
+  int64_t size_, padding_;
+};
+
+class RandomResizedCrop : public Transform {
+ public:
+  // scale and ratio: {low, high}.
+  RandomResizedCrop(int64_t size, std::pair<double, double> scale, std::pair<double, double> ratio);
+  void plan(PlanView& view, SampleRng* rng) const override;
+
+ private:
+  int64_t size_;
+  std::pair<double, double> scale_, ratio_;
+};
+
+class HorizontalFlip : public Transform {
+ public:
+  explicit HorizontalFlip(double p);
+  void plan(PlanView& view, SampleRng* rng) const override;
+
+ private:
+  double p_;
+};
+
+// Transforms applied in order.
 class TransformPipeline {
  public:
   TransformPipeline() = default;
-  // Checks each spec (names the bad one and why) and keeps them.
-  explicit TransformPipeline(std::vector<TransformSpec> specs, const std::string& where = "transforms");
+  explicit TransformPipeline(std::vector<std::shared_ptr<const Transform>> transforms);
 
-  // The output size for a source of height x width (deterministic).
+  // The output size {height, width} for a source of height x width (deterministic).
   std::pair<int64_t, int64_t> output_size(int64_t height, int64_t width) const;
   // True when every source size gives the same output size (the pipeline ends in a fixed crop).
   bool fixed_output() const;
   SamplePlan plan(int64_t height, int64_t width, SampleRng& rng) const;
-  const std::vector<TransformSpec>& specs() const { return specs_; }
+  size_t size() const { return transforms_.size(); }
 
  private:
-  std::vector<TransformSpec> specs_;
+  std::vector<std::shared_ptr<const Transform>> transforms_;
 };
 
 // Writes `plan` applied to the source into `out` (out_height x out_width x channels, HWC).

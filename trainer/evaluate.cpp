@@ -2,18 +2,15 @@
 // (see evaluate.h).
 #include "trainer/evaluate.h"
 
-#include <cmath>
-#include <fstream>
-#include <iterator>
 #include <limits>
 
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "data/normalize.h"
+#include "data/pipeline.h"
 #include "data/transform_options.h"
-#include "data/decode.h"
-#include "data/transforms.h"
 #include "trainer/ema.h"
 #include "trainer/run.h"
 
@@ -101,17 +98,6 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
 
 namespace {
 
-std::string read_image_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  STOKER_CHECK(in.good(), "cannot read image {}: {}", path.string(),
-               fs::exists(path) ? (fs::is_directory(path) ? "it is a folder" : "permission denied")
-                                : "no such file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  STOKER_CHECK(!in.bad(), "cannot read image {}: read error", path.string());
-  STOKER_CHECK(!bytes.empty(), "cannot read image {}: the file is empty", path.string());
-  return bytes;
-}
-
 Config predict_config(const PredictRequest& r) {
   if (r.config_file) return load_config(*r.config_file, r.overrides);
   const std::string yaml = read_checkpoint_config(r.checkpoint);
@@ -149,46 +135,28 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
 
-  const data::TransformPipeline pipeline(data::to_transform_specs(config.data.eval_transforms), "data.eval_transforms");
-  const auto stats = [&](const std::vector<double>& v) {
-    return torch::tensor(v, torch::kFloat32).view({1, channels, 1, 1}).to(device);
-  };
-  const torch::Tensor mean = stats(config.data.mean), std = stats(config.data.std);
+  // The same per-sample pipeline and normalisation as the loader's: read -> decode (only the region
+  // the transforms need) -> data.eval_transforms -> normalise on the device.
+  std::vector<std::string> files;
+  for (const fs::path& path : r.images) files.push_back(path.string());
+  data::SamplePipeline pipeline(
+      std::make_shared<data::ImageFilesDataset>(files, channels),
+      data::SamplePipelineOptions().set_transforms(data::make_transform_pipeline(config.data.eval_transforms)));
+  const data::Normalizer normalize(channels, data::NormalizeOptions().set_mean(config.data.mean).set_std(config.data.std));
+  data::SampleWork work;
   std::vector<ImagePrediction> out;
-  for (const fs::path& path : r.images) {
-    const std::string name = path.string();
-    const std::string bytes = read_image_file(path);
-    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-    const data::ImageInfo info = data::probe_image(data, bytes.size(), name);
-    data::SampleRng rng(config.run.seed);
-    const data::SamplePlan plan = pipeline.plan(info.height, info.width, rng);
-    const data::Region have = data::needed_region(plan, info.height, info.width);
-    std::vector<uint8_t> pixels(static_cast<size_t>(plan.out_height * plan.out_width * channels), 0);
-    if (have.width > 0 && have.height > 0) {
-      // As the loader does: decode only the region, at the smallest scale that keeps the output size.
-      data::DecodeOptions d;
-      d.region = have;
-      d.channels = static_cast<int>(channels);
-      d.min_width = static_cast<int64_t>(std::ceil(double(plan.out_width) * have.width / plan.region.width));
-      d.min_height = static_cast<int64_t>(std::ceil(double(plan.out_height) * have.height / plan.region.height));
-      data::Image decoded;
-      data::decode_image(data, bytes.size(), d, decoded, name);
-      data::apply_plan(decoded, have, plan, pixels.data());
-    }
-    const torch::Tensor input = torch::from_blob(pixels.data(), {1, plan.out_height, plan.out_width, channels},
-                                                 torch::kUInt8)
-                                    .to(device)
-                                    .permute({0, 3, 1, 2})
-                                    .to(torch::kFloat32)
-                                    .div_(255.0)
-                                    .sub_(mean)
-                                    .div_(std)
-                                    .contiguous();
+  for (size_t n = 0; n < files.size(); ++n) {
+    pipeline.read(static_cast<int64_t>(n), work);
+    pipeline.decode(config.run.seed, work);
+    const data::SamplePlan& plan = work.plan;
+    torch::Tensor pixels = torch::empty({1, plan.out_height, plan.out_width, channels}, torch::kUInt8);
+    pipeline.transform(work, pixels.data_ptr<uint8_t>());
+    const torch::Tensor input = normalize(pixels.to(device));
     const torch::Tensor probs = torch::softmax(model.forward(input).to(torch::kFloat32), 1)[0];
     const auto [values, indices] = probs.topk(std::min<int64_t>(r.top_k, probs.size(0)));
     const torch::Tensor v = values.cpu(), i = indices.cpu();
     ImagePrediction p;
-    p.image = path;
+    p.image = r.images[n];
     for (int64_t j = 0; j < v.size(0); ++j) {
       p.classes.push_back(i[j].item<int64_t>());
       p.probabilities.push_back(v[j].item<double>());

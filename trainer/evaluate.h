@@ -63,8 +63,9 @@ struct ImagePrediction {
   std::vector<double> probabilities;  // their softmax probabilities
 };
 
-// Decodes each image (JPEG or PNG, with data/decode.h), applies data.eval_transforms, normalises
-// with data.mean / data.std and classifies it. An unreadable image is a stoker::Error naming it.
+// Runs each image (JPEG or PNG) through the loader's own per-sample pipeline (data/pipeline.h: read,
+// decode, data.eval_transforms) and normalisation (data/normalize.h: data.mean / data.std) and
+// classifies it. An unreadable image is a stoker::Error naming it.
 std::vector<ImagePrediction> predict_images(const PredictRequest& request);
 
 }  // namespace stoker

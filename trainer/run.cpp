@@ -14,7 +14,6 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
-#include "data/transform_options.h"
 #include "models/compact_resnet.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
@@ -48,23 +47,27 @@ void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
   }
 }
 
-std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
-                                          const std::string& split, bool output_uint8) {
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
   const DataOptions& d = config.data;
-  const bool train = split == "train";
   data::DatasetOptions o;
   o.type = d.dataset.type();
   o.own = d.dataset;
   o.root = d.root;
   o.split = split;
   o.num_classes = d.num_classes;
-  o.limit = train ? d.train_limit : d.test_limit;
+  o.limit = split == "train" ? d.train_limit : d.test_limit;
   o.seed = config.run.seed;
   std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
   STOKER_CHECK(dataset->num_classes() == d.num_classes,
                "the {} data has {} classes but data.num_classes is {}; make them agree", split,
                dataset->num_classes(), d.num_classes);
+  return dataset;
+}
 
+std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                          torch::Device device, const std::string& split, bool output_uint8) {
+  const DataOptions& d = config.data;
+  const bool train = split == "train";
   data::LoaderOptions l;
   l.batch_size = train ? d.batch_size : d.eval_batch_size;
   l.shuffle = train && d.shuffle;
@@ -77,7 +80,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   l.shard_rank = d.shard_rank;
   l.shard_count = d.shard_count;
   l.skip_bad_samples = d.on_bad_sample == "skip";
-  l.transforms = data::to_transform_specs(train ? d.train_transforms : d.eval_transforms);
+  l.transforms = train ? d.train_transforms : d.eval_transforms;
   l.mean = d.mean;
   l.std = d.std;
   l.channels_last = config.train.channels_last;
@@ -90,7 +93,12 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
   l.device = device;
   l.output_uint8 = output_uint8;
   l.warn = [](const std::string& message) { logger().warn("{}", message); };
-  return std::make_shared<data::Loader>(dataset, l);
+  return std::make_shared<data::Loader>(std::move(dataset), l);
+}
+
+std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
+                                          const std::string& split, bool output_uint8) {
+  return make_loader(config, make_dataset(config, split), device, split, output_uint8);
 }
 
 torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {

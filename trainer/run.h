@@ -42,8 +42,16 @@ void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu 
 // The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
 torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
 
-// The loader of one split ("train" or "test") of the configured data set.
+// One split ("train" or "test") of the configured data set (data.type and its keys, data.root, the
+// split's limit), checked against data.num_classes.
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split);
+// The loader of one split over `dataset` (which may wrap make_dataset's, e.g. in a cache): the
+// split's batch size, shuffling and transforms, and the rest of data.*.
 // `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).
+std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                          torch::Device device, const std::string& split,
+                                          bool output_uint8 = false);
+// The same over make_dataset(config, split).
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
                                           const std::string& split, bool output_uint8 = false);
 // The training and test loaders of the configured data set.

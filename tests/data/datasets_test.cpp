@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "data/loader.h"
+#include "data/transform_options.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -91,7 +92,8 @@ TEST(ImageFolder, CorruptFilesAreSkippedThroughTheLoader) {
   o.batch_size = 4;
   o.mean = {0, 0, 0};
   o.std = {1, 1, 1};
-  o.transforms = {TransformSpec{"center_crop", 8}};
+  o.transforms = {make_transform("center_crop")};
+  o.transforms[0].as<CenterCropOptions>().size = 8;
   std::vector<std::string> warnings;
   o.warn = [&](const std::string& m) { warnings.push_back(m); };
   Loader loader(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);

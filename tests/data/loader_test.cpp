@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "data/transform_options.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -25,6 +26,13 @@ std::shared_ptr<TensorImageDataset> counting(int64_t n, int64_t size, int64_t ch
   for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;
   return std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels), size, size, channels,
                                               10, "counting");
+}
+
+TypedOptions random_crop(int64_t size, int64_t padding) {
+  TypedOptions t = make_transform("random_crop");
+  t.as<RandomCropOptions>().size = size;
+  t.as<RandomCropOptions>().padding = padding;
+  return t;
 }
 
 // Normalisation that hands out the raw pixel values: (x - 0) / (255 * 1/255).
@@ -86,7 +94,7 @@ TEST(Loader, SameBatchesForZeroOneAndFourWorkers) {
     LoaderOptions o = plain(8, 3);
     o.seed = 11;
     o.workers = workers;
-    o.transforms = {TransformSpec{"random_crop", 6, {}, {}, 2, 0.5}, TransformSpec{"horizontal_flip"}};
+    o.transforms = {random_crop(6, 2), make_transform("horizontal_flip")};
     Loader loader(counting(70, 6, 3), o);
     (void)epoch_of(loader, 0);
     runs.push_back(epoch_of(loader, 1));
@@ -104,7 +112,7 @@ TEST(Loader, StartingMidEpochGivesTheSameLaterBatches) {
   LoaderOptions o = plain(4);
   o.seed = 5;
   o.workers = 2;
-  o.transforms = {TransformSpec{"random_crop", 5, {}, {}, 1, 0.5}};
+  o.transforms = {random_crop(5, 1)};
   Loader loader(counting(40, 5), o);
   const auto full = epoch_of(loader, 3);
   const auto rest = epoch_of(loader, 3, 6);
@@ -143,6 +151,57 @@ TEST(Loader, ShardsCoverAnEpochExactlyOnce) {
   }
   EXPECT_EQ(seen.size(), 50u);
   EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 50u);
+}
+
+// Distributed training needs every rank to take the same number of steps.
+TEST(Loader, EvenShardsGiveEveryRankTheSameNumberOfBatches) {
+  for (bool drop_last : {true, false}) {
+    std::set<int64_t> counts;
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      LoaderOptions o = plain(4);
+      o.drop_last = drop_last;
+      o.shard_rank = rank;
+      o.shard_count = 3;
+      o.even_shards = true;
+      Loader loader(counting(50, 2), o);
+      const auto batches = epoch_of(loader, 1);
+      EXPECT_EQ(static_cast<int64_t>(batches.size()), loader.num_batches());
+      counts.insert(loader.num_batches());
+    }
+    EXPECT_EQ(counts.size(), 1u) << "drop_last " << drop_last;
+  }
+}
+
+// The Loader takes a data set built elsewhere, so that it can be wrapped (here: reads counted).
+TEST(Loader, TakesAWrappedDataSet) {
+  class Counting : public Dataset {
+   public:
+    explicit Counting(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
+    int64_t size() const override { return inner_->size(); }
+    int64_t num_classes() const override { return inner_->num_classes(); }
+    int64_t channels() const override { return inner_->channels(); }
+    int64_t height() const override { return inner_->height(); }
+    int64_t width() const override { return inner_->width(); }
+    void read(int64_t index, RawSample& out) const override {
+      ++reads;
+      inner_->read(index, out);
+    }
+    std::string describe(int64_t index) const override { return inner_->describe(index); }
+    mutable std::atomic<int64_t> reads{0};
+
+   private:
+    std::shared_ptr<Dataset> inner_;
+  };
+  LoaderOptions o = plain(4, 3);
+  o.seed = 4;
+  o.workers = 2;
+  o.transforms = {random_crop(5, 1), make_transform("horizontal_flip")};
+  auto wrapped = std::make_shared<Counting>(counting(24, 5, 3));
+  Loader direct(counting(24, 5, 3), o), through(wrapped, o);
+  const auto a = epoch_of(direct, 2), b = epoch_of(through, 2);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].input, b[i].input)) << "batch " << i;
+  EXPECT_EQ(wrapped->reads.load(), 24);
 }
 
 TEST(Loader, NormalisesAfterTheCopy) {
@@ -236,7 +295,7 @@ TEST(Loader, BadSamplesAreSkippedCountedAndReplaced) {
 TEST(Loader, TimesEachStage) {
   LoaderOptions o = plain(8);
   o.workers = 1;
-  o.transforms = {TransformSpec{"random_crop", 16, {}, {}, 2, 0.5}};
+  o.transforms = {random_crop(16, 2)};
   Loader loader(counting(64, 16), o);
   (void)epoch_of(loader, 0);
   const StageTimes t = loader.take_times();
@@ -305,7 +364,7 @@ TEST(LoaderGpu, PinnedBuffersAndPrefetchMatchTheCpuPath) {
   LoaderOptions o = plain(8, 3);
   o.seed = 2;
   o.workers = 2;
-  o.transforms = {TransformSpec{"random_crop", 6, {}, {}, 1, 0.5}, TransformSpec{"horizontal_flip"}};
+  o.transforms = {random_crop(6, 1), make_transform("horizontal_flip")};
   Loader cpu(counting(64, 6, 3), o);
   o.device = torch::Device(torch::kCUDA, 0);
   o.device_prefetch = 3;

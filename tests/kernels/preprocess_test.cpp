@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "data/loader.h"
+#include "data/transform_options.h"
 #include "test_util.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -279,7 +280,7 @@ TEST(PreprocessGpu, LoaderCudaPathEqualsTheCpuPath) {
       lo.workers = 1;
       lo.mean = {0.485, 0.456, 0.406};
       lo.std = {0.229, 0.224, 0.225};
-      lo.transforms = {data::TransformSpec{"horizontal_flip"}};
+      lo.transforms = {data::make_transform("horizontal_flip")};
       lo.channels_last = channels_last;
       lo.input_dtype = dtype;
       data::Loader cpu(set, lo);

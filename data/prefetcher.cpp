@@ -1,0 +1,176 @@
+// The batch buffer pool and the device prefetcher (see prefetcher.h).
+#include "data/prefetcher.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "common/error.h"
+#include "data/stage_clock.h"
+
+#ifdef STOKER_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace stoker::data {
+
+// ---- the pool ----------------------------------------------------------------------------------------------
+
+HostBatchPool::HostBatchPool(int64_t count, int64_t batch_size, int64_t height, int64_t width,
+                             int64_t channels, bool pinned)
+    : pinned_(pinned) {
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned);
+  for (int64_t i = 0; i < count; ++i) {
+    auto b = std::make_unique<HostBatch>();
+    b->images = torch::empty({batch_size, height, width, channels}, u8);
+    b->labels = torch::empty({batch_size}, i64);
+    free_.push_back(b.get());
+    all_.push_back(std::move(b));
+  }
+}
+
+HostBatch* HostBatchPool::acquire() {
+  if (free_.empty()) return nullptr;
+  HostBatch* b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void HostBatchPool::release(HostBatch* batch) { free_.push_back(batch); }
+
+std::vector<const void*> HostBatchPool::buffers() const {
+  std::vector<const void*> out;
+  for (const auto& b : all_) out.push_back(b->images.data_ptr());
+  return out;
+}
+
+// ---- the prefetcher ------------------------------------------------------------------------------------
+
+// A batch whose copy to the GPU has been started on the side stream.
+struct DevicePrefetcher::InFlight {
+  HostBatch* host = nullptr;
+  torch::Tensor images, labels;  // on the device
+#ifdef STOKER_WITH_CUDA
+  at::cuda::CUDAEvent copied;
+#endif
+};
+
+// The side stream the prefetcher copies on (empty without CUDA).
+struct DevicePrefetcher::CopyStream {
+#ifdef STOKER_WITH_CUDA
+  explicit CopyStream(torch::Device device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
+  c10::cuda::CUDAStream stream;
+#endif
+};
+
+DevicePrefetcher::DevicePrefetcher(PrefetcherOptions options, Normalizer normalize, Release release)
+    : options_(options), normalize_(std::move(normalize)), release_(std::move(release)) {
+  STOKER_CHECK(options_.depth >= 1, "device_prefetch must be >= 1, got {}", options_.depth);
+}
+
+DevicePrefetcher::~DevicePrefetcher() {
+#ifdef STOKER_WITH_CUDA
+  for (auto& f : in_flight_) f->copied.synchronize();
+#endif
+}
+
+bool DevicePrefetcher::asynchronous() const {
+#ifdef STOKER_WITH_CUDA
+  return options_.device.is_cuda();
+#else
+  return false;
+#endif
+}
+
+void DevicePrefetcher::push(HostBatch* host) {
+  STOKER_CHECK(asynchronous(), "DevicePrefetcher::push needs a CUDA device and a build with CUDA");
+#ifdef STOKER_WITH_CUDA
+  StageTimer<int64_t> timer(copy_ns_);
+  if (!copy_stream_) copy_stream_ = std::make_unique<CopyStream>(options_.device);
+  auto f = std::make_unique<InFlight>();
+  f->host = host;
+  {
+    c10::cuda::CUDAStreamGuard guard(copy_stream_->stream);
+    f->images = host->images.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
+    f->labels = host->labels.narrow(0, 0, host->count).to(options_.device, /*non_blocking=*/true);
+    f->copied.record(copy_stream_->stream);
+  }
+  in_flight_.push_back(std::move(f));
+#endif
+}
+
+Batch DevicePrefetcher::pop() {
+  STOKER_CHECK(!in_flight_.empty(), "DevicePrefetcher::pop: no batch in flight");
+  StageTimer<int64_t> timer(copy_ns_);
+  std::unique_ptr<InFlight> f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  Batch batch;
+  batch.index = f->host->index;
+  batch.host_buffer = f->host->images.data_ptr();
+#ifdef STOKER_WITH_CUDA
+  auto compute = c10::cuda::getCurrentCUDAStream(options_.device.index());
+  f->copied.block(compute);          // compute waits for the copy, on the GPU
+  f->images.record_stream(compute);  // allocated on the side stream, used on this one
+  f->labels.record_stream(compute);
+  f->copied.synchronize();           // the host buffer is free once its copy is done
+#endif
+  release_(f->host);
+  // One fused kernel on the compute stream: uint8 NHWC -> normalised, in the requested layout.
+  batch.input = options_.output_uint8 ? f->images : normalize_(f->images);
+  batch.target = f->labels;
+  return batch;
+}
+
+namespace {
+// Blocks until the work queued so far on `device`'s current stream (the copies) has run.
+void wait_for_current_stream(torch::Device device) {
+  const c10::impl::VirtualGuardImpl guard(device.type());
+  c10::Event done(device.type());
+  done.record(guard.getStream(device));
+  done.synchronize();
+}
+}  // namespace
+
+Batch DevicePrefetcher::convert(HostBatch& host) {
+  StageTimer<int64_t> timer(copy_ns_);
+  const torch::Tensor images = host.images.narrow(0, 0, host.count);
+  const torch::Tensor labels = host.labels.narrow(0, 0, host.count);
+  Batch batch;
+  batch.index = host.index;
+  batch.host_buffer = host.images.data_ptr();
+  if (options_.device.is_cpu()) {
+    // The host buffer is reused: hand out copies.
+    batch.input = options_.output_uint8 ? images.clone() : normalize_(images);
+    batch.target = labels.clone();
+    return batch;
+  }
+  // A GPU without the prefetcher (a build without Stoker's CUDA parts).
+  const torch::Tensor on_device = images.to(options_.device, /*non_blocking=*/options_.pinned);
+  batch.target = labels.to(options_.device, /*non_blocking=*/options_.pinned);
+  // A non-blocking copy from pinned memory may still be reading the host buffer, which goes back to
+  // the pool when this returns: wait for it.
+  if (options_.pinned) wait_for_current_stream(options_.device);
+  batch.input = options_.output_uint8 ? on_device : normalize_(on_device);
+  return batch;
+}
+
+void DevicePrefetcher::clear() {
+  while (!in_flight_.empty()) {
+#ifdef STOKER_WITH_CUDA
+    in_flight_.front()->copied.synchronize();
+#endif
+    release_(in_flight_.front()->host);
+    in_flight_.pop_front();
+  }
+}
+
+double DevicePrefetcher::take_copy_seconds() {
+  const double s = static_cast<double>(copy_ns_) * 1e-9;
+  copy_ns_ = 0;
+  return s;
+}
+
+}  // namespace stoker::data

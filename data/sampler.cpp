@@ -1,0 +1,100 @@
+// The epoch order, its shards and the sampler's position (see sampler.h).
+#include "data/sampler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/error.h"
+#include "data/random.h"
+
+namespace stoker::data {
+namespace {
+
+// A permutation of 0..n-1 that depends only on (seed, epoch): Fisher-Yates driven by mix_seed.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[i] = i;
+  if (shuffle) {
+    uint64_t state = mix_seed(seed, 0x5348554646ull /* "SHUFF" */, static_cast<uint64_t>(epoch));
+    for (int64_t i = n - 1; i > 0; --i) {
+      state = mix_seed(state, static_cast<uint64_t>(i));
+      std::swap(all[i], all[static_cast<int64_t>(state % static_cast<uint64_t>(i + 1))]);
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
+    : options_(options), dataset_size_(dataset_size) {
+  const SamplerOptions& o = options_;
+  STOKER_CHECK(dataset_size > 0, "the data set is empty");
+  STOKER_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
+  STOKER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size,
+               "shard rank {} of {} is out of range; the rank must be in [0, world size)", o.rank,
+               o.world_size);
+  const int64_t n = dataset_size, w = o.world_size;
+  if (!o.even_shards) {
+    shard_size_ = (n - o.rank + w - 1) / w;
+  } else {
+    shard_size_ = o.drop_last ? n / w : (n + w - 1) / w;
+  }
+  STOKER_CHECK(!o.drop_last || shard_size_ >= o.batch_size,
+               "{} samples are fewer than one batch of {} with drop_last; lower the batch size",
+               shard_size_, o.batch_size);
+  order_ = std::make_shared<const EpochSamples>();
+}
+
+int64_t Sampler::num_batches() const {
+  const int64_t n = shard_size_, b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const {
+  const SamplerOptions& o = options_;
+  const std::vector<int64_t> all = epoch_order(dataset_size_, o.seed, epoch, o.shuffle);
+  auto out = std::make_shared<EpochSamples>();
+  out->epoch = epoch;
+  if (o.world_size == 1) {
+    out->samples = std::move(all);
+    out->samples.resize(static_cast<size_t>(shard_size_));  // even shards with drop_last: the same size
+    return out;
+  }
+  out->samples.reserve(static_cast<size_t>(shard_size_));
+  // Entry i of the epoch for rank r is all[i * world_size + r], wrapping round to the epoch's first
+  // samples where even shards need more than the epoch has.
+  for (int64_t i = 0; i < shard_size_; ++i) {
+    const int64_t at = i * o.world_size + o.rank;
+    out->samples.push_back(all[static_cast<size_t>(at % dataset_size_)]);
+  }
+  return out;
+}
+
+SampledBatch Sampler::batch(const std::shared_ptr<const EpochSamples>& order, int64_t index) const {
+  const auto size = static_cast<int64_t>(order->samples.size());
+  SampledBatch b;
+  b.epoch = order->epoch;
+  b.index = index;
+  b.order = order;
+  b.begin = index * options_.batch_size;
+  b.count = std::max<int64_t>(0, std::min(options_.batch_size, size - b.begin));
+  return b;
+}
+
+void Sampler::start_epoch(int64_t epoch, int64_t first_batch) { seek({epoch, first_batch}); }
+
+void Sampler::seek(const SamplerPosition& position) {
+  STOKER_CHECK(position.batch >= 0 && position.batch <= num_batches(),
+               "cannot start at batch {} of an epoch of {} batches", position.batch, num_batches());
+  if (order_->samples.empty() || order_->epoch != position.epoch) order_ = epoch_samples(position.epoch);
+  position_ = position;
+  end_batch_ = num_batches();
+}
+
+std::optional<SampledBatch> Sampler::next() {
+  if (done()) return std::nullopt;
+  return batch(order_, position_.batch++);
+}
+
+}  // namespace stoker::data

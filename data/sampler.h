@@ -1,0 +1,100 @@
+// Which samples each batch of an epoch holds, on this process: the epoch's order (a shuffle that
+// depends only on (seed, epoch)), this rank's shard of it, its cut into batches, and the position
+// (epoch, next batch) that a checkpoint saves and a resumed run restores. libtorch's
+// DistributedRandomSampler is the model; the order is our own splitmix64 shuffle, so that it is the
+// same on every platform and for every worker count.
+//
+//   Sampler sampler(dataset.size(), SamplerOptions().set_batch_size(64).set_rank(1).set_world_size(4));
+//   sampler.start_epoch(3);                // or seek({3, 120}) to resume mid-epoch
+//   while (auto batch = sampler.next()) ...  // batch->samples: the dataset indices of the batch
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace stoker::data {
+
+struct SamplerOptions {
+  int64_t batch_size = 128;
+  bool shuffle = true;
+  bool drop_last = true;  // leave out a last, partial batch
+  uint64_t seed = 0;
+  // This process's share of each epoch: samples rank, rank + world_size, ... of the epoch's order.
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  // Give every rank the same number of samples (and so of batches), as distributed training needs:
+  // with drop_last the epoch's last (size % world_size) samples are left out; without it the ranks
+  // that come short repeat the epoch's first samples (torch's DistributedSampler). Off: the shards
+  // cover the epoch exactly once and differ in size by at most one sample (for evaluation).
+  bool even_shards = false;
+
+  SamplerOptions& set_batch_size(int64_t v) { batch_size = v; return *this; }
+  SamplerOptions& set_shuffle(bool v) { shuffle = v; return *this; }
+  SamplerOptions& set_drop_last(bool v) { drop_last = v; return *this; }
+  SamplerOptions& set_seed(uint64_t v) { seed = v; return *this; }
+  SamplerOptions& set_rank(int64_t v) { rank = v; return *this; }
+  SamplerOptions& set_world_size(int64_t v) { world_size = v; return *this; }
+  SamplerOptions& set_even_shards(bool v) { even_shards = v; return *this; }
+};
+
+// Where a sampler stands: the epoch and the next batch it hands out.
+struct SamplerPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const SamplerPosition& o) const { return epoch == o.epoch && batch == o.batch; }
+};
+
+// One epoch's samples on this rank, in order; immutable, so workers share it.
+struct EpochSamples {
+  int64_t epoch = 0;
+  std::vector<int64_t> samples;
+};
+
+// The samples of one batch.
+struct SampledBatch {
+  int64_t epoch = 0;
+  int64_t index = 0;  // within the epoch
+  std::shared_ptr<const EpochSamples> order;
+  int64_t begin = 0, count = 0;  // order->samples[begin, begin + count)
+  int64_t sample(int64_t slot) const { return order->samples[static_cast<size_t>(begin + slot)]; }
+};
+
+class Sampler {
+ public:
+  // Checks the options (names the bad one); `dataset_size` samples per epoch before sharding.
+  Sampler(int64_t dataset_size, SamplerOptions options);
+
+  const SamplerOptions& options() const { return options_; }
+  int64_t dataset_size() const { return dataset_size_; }
+  // This rank's samples per epoch (counting a dropped partial batch) and its batches.
+  int64_t num_samples() const { return shard_size_; }
+  int64_t num_batches() const;
+
+  // The whole order of `epoch` on this rank (a pure function of the options and the epoch).
+  std::shared_ptr<const EpochSamples> epoch_samples(int64_t epoch) const;
+  // Batch `index` of `order` (the last one may be partial).
+  SampledBatch batch(const std::shared_ptr<const EpochSamples>& order, int64_t index) const;
+
+  // Starts `epoch` at batch `first_batch`; the same as seek({epoch, first_batch}).
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  void seek(const SamplerPosition& position);
+  SamplerPosition position() const { return position_; }
+  // The current epoch's order (empty before the first start_epoch / seek).
+  const std::shared_ptr<const EpochSamples>& order() const { return order_; }
+  // The batches of the epoch in progress (0 before the first start_epoch / seek).
+  int64_t end_batch() const { return end_batch_; }
+  bool done() const { return position_.batch >= end_batch_; }
+  // The batch at the position, advancing it; nothing at the end of the epoch.
+  std::optional<SampledBatch> next();
+
+ private:
+  SamplerOptions options_;
+  int64_t dataset_size_ = 0, shard_size_ = 0;
+  SamplerPosition position_;
+  int64_t end_batch_ = 0;  // 0 until an epoch is started
+  std::shared_ptr<const EpochSamples> order_;
+};
+
+}  // namespace stoker::data
