@@ -59,7 +59,7 @@ TEST(TrainerCli, MissingConfigFileIsAClearError) {
 TEST(TrainerCli, BadCommandLineShowsUsage) {
   Result r = run_trainer("");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--config FILE is required"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train needs --config FILE"), std::string::npos) << r.output;
   r = run_trainer("--config a.yaml --frobnicate");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown argument '--frobnicate'"), std::string::npos) << r.output;
