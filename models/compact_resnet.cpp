@@ -1,10 +1,9 @@
+// The compact ResNet and its basic block (models/compact_resnet.h).
 #include "models/compact_resnet.h"
 
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/cifar_resnet.h"
-#include "models/resnet.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -62,40 +61,6 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
-}
-
-Registry<ModelFactory>& model_registry() {
-  static Registry<ModelFactory>* registry = [] {
-    auto* r = new Registry<ModelFactory>("model");
-    r->add("compact_resnet",
-           [](const ModelSpec& spec) { return nn::AnyModule(CompactResNet(spec)); });
-    // torchvision-compatible ResNets (models/resnet.h): only in_channels and num_classes matter.
-    r->add("resnet18", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet18(s.num_classes, s.in_channels));
-    });
-    r->add("resnet34", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet34(s.num_classes, s.in_channels));
-    });
-    r->add("resnet50", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet50(s.num_classes, s.in_channels));
-    });
-    r->add("resnet101", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet101(s.num_classes, s.in_channels));
-    });
-    // CIFAR-style ResNets (models/cifar_resnet.h): only in_channels and num_classes matter.
-    r->add("cifar_resnet20", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet20(s.num_classes, s.in_channels));
-    });
-    r->add("cifar_resnet56", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet56(s.num_classes, s.in_channels));
-    });
-    return r;
-  }();
-  return *registry;
-}
-
-torch::nn::AnyModule create_model(const ModelSpec& spec) {
-  return model_registry().get(spec.type)(spec);
 }
 
 }  // namespace stoker::models
