@@ -1,38 +1,13 @@
-// The compact ResNet and its basic block (models/compact_resnet.h).
+// The compact ResNet (models/compact_resnet.h).
 #include "models/compact_resnet.h"
 
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/blocks.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
-
-namespace {
-nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
-}
-}  // namespace
-
-BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
-  conv1 = register_module("conv1", conv3x3(in, out, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(out));
-  conv2 = register_module("conv2", conv3x3(out, out, 1));
-  bn2 = register_module("bn2", nn::BatchNorm2d(out));
-  if (stride != 1 || in != out) {
-    shortcut = register_module(
-        "shortcut",
-        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-                       nn::BatchNorm2d(out)));
-  }
-}
-
-torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::relu(bn1(conv1(x)));
-  y = bn2(conv2(y));
-  y += shortcut ? shortcut->forward(x) : x;
-  return torch::relu(y);
-}
 
 CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
   STOKER_CHECK(!spec.widths.empty(), "model.widths must list at least one stage width");
@@ -48,7 +23,7 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
     for (int64_t b = 0; b < spec.blocks[stage]; ++b) {
       const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
       body->push_back(fmt::format("stage{}_block{}", stage + 1, b),
-                      BasicBlock(channels, spec.widths[stage], stride));
+                      BasicBlock(channels, spec.widths[stage], stride, "shortcut"));
       channels = spec.widths[stage];
     }
   }

@@ -1,67 +1,13 @@
-// torchvision-compatible ResNets (models/resnet.h): the blocks, the network and its initialisation.
+// torchvision-compatible ResNets (models/resnet.h): the network, its stages and its initialisation.
 #include "models/resnet.h"
 
 #include <torch/torch.h>
 
-#include <utility>
-
 #include "common/error.h"
+#include "models/blocks.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
-
-namespace {
-
-nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
-}
-
-nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Blocks
-
-ResNetBasicBlockImpl::ResNetBasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                                           nn::Sequential downsample_) {
-  conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
-  conv2 = register_module("conv2", conv3x3(planes, planes, 1));
-  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
-  if (downsample_) downsample = register_module("downsample", std::move(downsample_));
-}
-
-torch::Tensor ResNetBasicBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = torch::relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
-  out += downsample ? downsample->forward(x) : x;
-  return torch::relu(out);
-}
-
-ResNetBottleneckImpl::ResNetBottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                                           nn::Sequential downsample_) {
-  conv1 = register_module("conv1", conv1x1(inplanes, planes, 1));
-  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
-  conv2 = register_module("conv2", conv3x3(planes, planes, stride));
-  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
-  conv3 = register_module("conv3", conv1x1(planes, planes * expansion, 1));
-  bn3 = register_module("bn3", nn::BatchNorm2d(planes * expansion));
-  if (downsample_) downsample = register_module("downsample", std::move(downsample_));
-}
-
-torch::Tensor ResNetBottleneckImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = torch::relu(bn1(conv1(x)));
-  out = torch::relu(bn2(conv2(out)));
-  out = bn3(conv3(out));
-  out += downsample ? downsample->forward(x) : x;
-  return torch::relu(out);
-}
-
-// ---------------------------------------------------------------------------------------------
-// ResNet
 
 void init_resnet_weights(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
@@ -97,22 +43,17 @@ ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t n
 
 nn::Sequential ResNetImpl::make_layer(ResNetBlock block, int64_t planes, int64_t blocks,
                                       int64_t stride) {
-  const int64_t expansion = block == ResNetBlock::basic ? ResNetBasicBlockImpl::expansion
-                                                        : ResNetBottleneckImpl::expansion;
-  auto make_block = [&](int64_t inplanes, int64_t s, nn::Sequential downsample) {
-    return block == ResNetBlock::basic
-               ? nn::AnyModule(ResNetBasicBlock(inplanes, planes, s, std::move(downsample)))
-               : nn::AnyModule(ResNetBottleneck(inplanes, planes, s, std::move(downsample)));
+  // Each block decides its own shortcut: a projection where the first one changes the shape.
+  auto make_block = [&](int64_t inplanes, int64_t s) {
+    return block == ResNetBlock::basic ? nn::AnyModule(BasicBlock(inplanes, planes, s))
+                                       : nn::AnyModule(Bottleneck(inplanes, planes, s));
   };
-  nn::Sequential downsample{nullptr};
-  if (stride != 1 || inplanes_ != planes * expansion) {
-    downsample = nn::Sequential(conv1x1(inplanes_, planes * expansion, stride),
-                                nn::BatchNorm2d(planes * expansion));
-  }
+  const int64_t expansion =
+      block == ResNetBlock::basic ? BasicBlockImpl::expansion : BottleneckImpl::expansion;
   nn::Sequential layer;
-  layer->push_back(make_block(inplanes_, stride, downsample));
+  layer->push_back(make_block(inplanes_, stride));
   inplanes_ = planes * expansion;
-  for (int64_t i = 1; i < blocks; ++i) layer->push_back(make_block(inplanes_, 1, nullptr));
+  for (int64_t i = 1; i < blocks; ++i) layer->push_back(make_block(inplanes_, 1));
   return layer;
 }
 

@@ -2,8 +2,8 @@
 //
 // The architecture is torchvision.models.resnet's, module for module: a 7x7 stride-2 stem `conv1`,
 // `bn1`, ReLU, a 3x3 stride-2 max-pool, `layer1`..`layer4` of BasicBlock (18/34) or Bottleneck
-// (50/101, the stride on the 3x3 conv as in torchvision's "ResNet v1.5"), adaptive average pooling
-// and `fc`. Parameter and buffer names equal torchvision's state_dict()
+// (50/101, the stride on the 3x3 conv as in torchvision's "ResNet v1.5"; both in models/blocks.h),
+// adaptive average pooling and `fc`. Parameter and buffer names equal torchvision's state_dict()
 // keys exactly (`layer1.0.downsample.0.weight`, `layer2.1.bn2.running_mean`,
 // `bn1.num_batches_tracked`, ...), so weights move both ways with save_state_dict /
 // load_state_dict (models/state_dict.h).
@@ -28,38 +28,6 @@ namespace stoker::models {
 // torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
 // convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.
 void init_resnet_weights(torch::nn::Module& model);
-
-// torchvision's BasicBlock: conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut.
-class ResNetBasicBlockImpl : public torch::nn::Module {
- public:
-  static constexpr int64_t expansion = 1;
-  // `downsample` is empty (nullptr) when the shortcut is the identity.
-  ResNetBasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                       torch::nn::Sequential downsample);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
-  torch::nn::Sequential downsample{nullptr};
-};
-TORCH_MODULE(ResNetBasicBlock);
-
-// torchvision's Bottleneck (v1.5): conv1x1 - bn - relu - conv3x3(stride) - bn - relu - conv1x1
-// (planes * 4) - bn, plus the shortcut.
-class ResNetBottleneckImpl : public torch::nn::Module {
- public:
-  static constexpr int64_t expansion = 4;
-  ResNetBottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                       torch::nn::Sequential downsample);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
-  torch::nn::Sequential downsample{nullptr};
-};
-TORCH_MODULE(ResNetBottleneck);
 
 enum class ResNetBlock { basic, bottleneck };
 
