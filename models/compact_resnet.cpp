@@ -1,39 +1,13 @@
+// The compact ResNet (models/compact_resnet.h).
 #include "models/compact_resnet.h"
 
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/cifar_resnet.h"
-#include "models/resnet.h"
+#include "models/blocks.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
-
-namespace {
-nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
-}
-}  // namespace
-
-BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
-  conv1 = register_module("conv1", conv3x3(in, out, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(out));
-  conv2 = register_module("conv2", conv3x3(out, out, 1));
-  bn2 = register_module("bn2", nn::BatchNorm2d(out));
-  if (stride != 1 || in != out) {
-    shortcut = register_module(
-        "shortcut",
-        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-                       nn::BatchNorm2d(out)));
-  }
-}
-
-torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::relu(bn1(conv1(x)));
-  y = bn2(conv2(y));
-  y += shortcut ? shortcut->forward(x) : x;
-  return torch::relu(y);
-}
 
 CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
   STOKER_CHECK(!spec.widths.empty(), "model.widths must list at least one stage width");
@@ -49,7 +23,7 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
     for (int64_t b = 0; b < spec.blocks[stage]; ++b) {
       const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
       body->push_back(fmt::format("stage{}_block{}", stage + 1, b),
-                      BasicBlock(channels, spec.widths[stage], stride));
+                      BasicBlock(channels, spec.widths[stage], stride, "shortcut"));
       channels = spec.widths[stage];
     }
   }
@@ -62,40 +36,6 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
-}
-
-Registry<ModelFactory>& model_registry() {
-  static Registry<ModelFactory>* registry = [] {
-    auto* r = new Registry<ModelFactory>("model");
-    r->add("compact_resnet",
-           [](const ModelSpec& spec) { return nn::AnyModule(CompactResNet(spec)); });
-    // torchvision-compatible ResNets (models/resnet.h): only in_channels and num_classes matter.
-    r->add("resnet18", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet18(s.num_classes, s.in_channels));
-    });
-    r->add("resnet34", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet34(s.num_classes, s.in_channels));
-    });
-    r->add("resnet50", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet50(s.num_classes, s.in_channels));
-    });
-    r->add("resnet101", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet101(s.num_classes, s.in_channels));
-    });
-    // CIFAR-style ResNets (models/cifar_resnet.h): only in_channels and num_classes matter.
-    r->add("cifar_resnet20", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet20(s.num_classes, s.in_channels));
-    });
-    r->add("cifar_resnet56", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet56(s.num_classes, s.in_channels));
-    });
-    return r;
-  }();
-  return *registry;
-}
-
-torch::nn::AnyModule create_model(const ModelSpec& spec) {
-  return model_registry().get(spec.type)(spec);
 }
 
 }  // namespace stoker::models

@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/transform_options.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "trainer/schedule.h"
 #include "trainer/yaml_options.h"
 

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/transform_options.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
 #include "trainer/logging.h"

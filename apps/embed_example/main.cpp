@@ -25,7 +25,7 @@
 #include "common/error.h"           // stoker::Error, STOKER_CHECK
 #include "data/dataset.h"           // stoker::data::Dataset, dataset_registry()
 #include "data/loader.h"            // stoker::data::mix_seed
-#include "models/compact_resnet.h"  // stoker::models::ModelSpec, model_registry()
+#include "models/registry.h"        // stoker::models::ModelSpec, model_registry(), create_model
 #include "trainer/config.h"         // stoker::Config, parse_config
 #include "trainer/run.h"            // make_loaders, resolve_device, configure_threads
 #include "trainer/trainer.h"        // stoker::Trainer, stoker::Callback

@@ -1,8 +1,9 @@
 #include "common/registry.h"
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 
 namespace stoker {
 namespace {

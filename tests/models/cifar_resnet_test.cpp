@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "models/compact_resnet.h"
-#include "models/resnet.h"
+#include "models/blocks.h"
+#include "models/registry.h"
 #include "test_util.h"
 
 namespace stoker::models {
@@ -71,7 +71,7 @@ TEST(CifarResNet, ProjectionsOnlyWhereTheShapeChanges) {
   int64_t convs3x3 = 0, blocks = 0;
   for (const auto& m : model->modules()) {
     if (auto* conv = m->as<nn::Conv2d>(); conv && conv->weight.size(2) == 3) ++convs3x3;
-    if (m->as<ResNetBasicBlock>()) ++blocks;
+    if (m->as<BasicBlock>()) ++blocks;
   }
   EXPECT_EQ(convs3x3, 55);
   EXPECT_EQ(blocks, 27);

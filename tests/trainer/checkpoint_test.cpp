@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "test_util.h"
 #include "trainer/trainer.h"
 

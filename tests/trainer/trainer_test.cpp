@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "test_util.h"
 #include "trainer/run.h"
 #include "trainer/sizing.h"
