@@ -9,13 +9,32 @@
 namespace stoker::models {
 namespace nn = torch::nn;
 
-CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
-  STOKER_CHECK(!spec.widths.empty(), "model.widths must list at least one stage width");
-  STOKER_CHECK(spec.blocks.size() == spec.widths.size(),
-               "model.blocks has {} entries but model.widths has {}; give one block count per stage",
-               spec.blocks.size(), spec.widths.size());
+void CompactResNetOptions::visit(OptionsVisitor& v) {
+  v.field("widths", widths, rules::items(rules::at_least(1), 1));
+  v.field("blocks", blocks, rules::items(rules::at_least(1), 1));
+  v.field("dropout", dropout, rules::unit_open());
+}
+
+void CompactResNetOptions::check() const {
+  if (widths.empty()) STOKER_FAIL("widths must list at least one stage width");
+  if (blocks.size() != widths.size()) {
+    STOKER_FAIL("blocks has {} entries but widths has {}; give one block count per stage", blocks.size(),
+                widths.size());
+  }
+}
+
+TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout) {
+  auto options = std::make_unique<CompactResNetOptions>();
+  options->widths = std::move(widths);
+  options->blocks = std::move(blocks);
+  options->dropout = dropout;
+  return TypedOptions("compact_resnet", std::move(options));
+}
+
+CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const ModelShape& shape) {
+  spec.check();
   nn::Sequential body;
-  body->push_back("stem_conv", conv3x3(spec.in_channels, spec.widths[0], 1));
+  body->push_back("stem_conv", conv3x3(shape.in_channels, spec.widths[0], 1));
   body->push_back("stem_bn", nn::BatchNorm2d(spec.widths[0]));
   body->push_back("stem_relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
   int64_t channels = spec.widths[0];
@@ -31,7 +50,7 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
   body->push_back("flatten", nn::Flatten());
   features = register_module("features", body);
   dropout = register_module("dropout", nn::Dropout(spec.dropout));
-  classifier = register_module("classifier", nn::Linear(channels, spec.num_classes));
+  classifier = register_module("classifier", nn::Linear(channels, shape.num_classes));
 }
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {

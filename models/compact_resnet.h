@@ -15,14 +15,28 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "models/registry.h"
 
 namespace stoker::models {
 
+// compact_resnet's own keys (model.widths, model.blocks, model.dropout).
+struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
+  std::vector<int64_t> widths{16, 32, 64};  // channels of each stage
+  std::vector<int64_t> blocks{1, 1, 1};     // basic blocks in each stage
+  double dropout = 0.0;                     // before the classifier
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
+};
+
+// compact_resnet with these options, as the model registry builds it (for code and tests).
+TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout = 0.0);
+
 class CompactResNetImpl : public torch::nn::Module {
  public:
-  // Uses spec.widths, spec.blocks, spec.dropout, spec.in_channels and spec.num_classes.
-  explicit CompactResNetImpl(const ModelSpec& spec);
+  CompactResNetImpl(const CompactResNetOptions& options, const ModelShape& shape);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:

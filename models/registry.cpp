@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "common/error.h"
+
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
 #include "models/resnet.h"
@@ -11,40 +13,50 @@ namespace stoker::models {
 namespace nn = torch::nn;
 
 namespace {
-void add_stoker_models(Registry<ModelFactory>& r) {
-  r.add("compact_resnet", [](const ModelSpec& spec) { return nn::AnyModule(CompactResNet(spec)); });
-  // torchvision-compatible ResNets (models/resnet.h): only in_channels and num_classes matter.
-  r.add("resnet18",
-        [](const ModelSpec& s) { return nn::AnyModule(resnet18(s.num_classes, s.in_channels)); });
-  r.add("resnet34",
-        [](const ModelSpec& s) { return nn::AnyModule(resnet34(s.num_classes, s.in_channels)); });
-  r.add("resnet50",
-        [](const ModelSpec& s) { return nn::AnyModule(resnet50(s.num_classes, s.in_channels)); });
-  r.add("resnet101",
-        [](const ModelSpec& s) { return nn::AnyModule(resnet101(s.num_classes, s.in_channels)); });
-  // CIFAR-style ResNets (models/cifar_resnet.h): only in_channels and num_classes matter.
-  r.add("cifar_resnet20", [](const ModelSpec& s) {
-    return nn::AnyModule(cifar_resnet20(s.num_classes, s.in_channels));
-  });
-  r.add("cifar_resnet56", [](const ModelSpec& s) {
-    return nn::AnyModule(cifar_resnet56(s.num_classes, s.in_channels));
-  });
+
+// A model type whose only inputs are the data's shape.
+template <typename Module>
+ModelType shape_only(Module (*build)(int64_t num_classes, int64_t in_channels)) {
+  return {options_of<NoOptions>(), [build](const TypeOptions&, const ModelShape& s) {
+            return nn::AnyModule(build(s.num_classes, s.in_channels));
+          }};
 }
+
+void add_stoker_models(Registry<ModelType>& r) {
+  r.add("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
+          return CompactResNet(o, s);
+        }));
+  // torchvision-compatible ResNets (models/resnet.h) and CIFAR ResNets (models/cifar_resnet.h):
+  // no keys of their own; the data gives in_channels and num_classes.
+  r.add("resnet18", shape_only(&resnet18));
+  r.add("resnet34", shape_only(&resnet34));
+  r.add("resnet50", shape_only(&resnet50));
+  r.add("resnet101", shape_only(&resnet101));
+  r.add("cifar_resnet20", shape_only(&cifar_resnet20));
+  r.add("cifar_resnet56", shape_only(&cifar_resnet56));
+}
+
 }  // namespace
 
-Registry<ModelFactory>& model_registry() {
+Registry<ModelType>& model_registry() {
   // Built on first use (never destroyed), so that applications may register from static
   // initialisers in any order.
-  static Registry<ModelFactory>* registry = [] {
-    auto* r = new Registry<ModelFactory>("model");
+  static Registry<ModelType>* registry = [] {
+    auto* r = new Registry<ModelType>("model");
     add_stoker_models(*r);
     return r;
   }();
   return *registry;
 }
 
-torch::nn::AnyModule create_model(const ModelSpec& spec) {
-  return model_registry().get(spec.type)(spec);
+TypedOptions model_options(const std::string& type) {
+  return TypedOptions(type, model_registry().get(type).options());
+}
+
+torch::nn::AnyModule create_model(const TypedOptions& model, const ModelShape& shape) {
+  const ModelType type = model_registry().get(model.type());
+  if (model.type().empty()) STOKER_FAIL("the model has no type; give model.type");
+  return type.create(model.options(), shape);
 }
 
 }  // namespace stoker::models

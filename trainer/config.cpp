@@ -73,14 +73,8 @@ void visit_data(Config& c, V& v) {
 
 template <typename V>
 void visit_model(Config& c, V& v) {
-  Rule known_model = non_empty();
-  known_model.expected = fmt::format("a registered model type ({})",
-                                     fmt::join(models::model_registry().names(), ", "));
-  known_model.accepts = [](const std::string& s) { return models::model_registry().contains(s); };
-  v.field("type", c.model.type, known_model);
-  v.field("widths", c.model.widths, items(at_least(1), 1));
-  v.field("blocks", c.model.blocks, items(at_least(1), 1));
-  v.field("dropout", c.model.dropout, unit_open());
+  static const TypeCatalog models = catalog_of(models::model_registry(), "model");
+  v.typed(c.model, models, TypedLayout::kBeside);
 }
 
 template <typename V>
@@ -173,11 +167,6 @@ void check_data_and_model(const Config& c, const Fail& fail) {
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
                      c.data.shard_count));
-  }
-  if (c.model.blocks.size() != c.model.widths.size()) {
-    fail(fmt::format("model.blocks has {} entries but model.widths has {}; give one block count per "
-                     "stage",
-                     c.model.blocks.size(), c.model.widths.size()));
   }
   if (c.optimizer.type == "sgd" && c.optimizer.nesterov && c.optimizer.momentum == 0) {
     fail("optimizer.nesterov needs optimizer.momentum > 0; set a momentum or nesterov: false");

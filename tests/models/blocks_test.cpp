@@ -39,7 +39,7 @@ std::vector<const nn::Module*> blocks_named(nn::Module& model, const std::string
 }
 
 TEST(BasicBlock, CompactCifarAndTorchvisionResNetsShareOneBlockType) {
-  CompactResNet compact{ModelSpec{}};  // widths 16/32/64, one block each
+  CompactResNet compact{CompactResNetOptions{}, ModelShape{}};  // widths 16/32/64, one block each
   ResNet r18 = resnet18(10);
   CifarResNet r20 = cifar_resnet20();
   const auto compact_blocks = blocks_named(*compact, R"(features\.stage\d_block\d)");
@@ -81,12 +81,12 @@ TEST(Bottleneck, ExpandsFourTimesAndProjectsWhereTheShapeChanges) {
             (std::vector<int64_t>{1, 256, 8, 8}));
 }
 
-// Counted by hand for the default ModelSpec (1 input channel, widths 16/32/64, one block each,
+// Counted by hand for the default options (1 input channel, widths 16/32/64, one block each,
 // 10 classes): stem 144 + 32; stage 1 2 * (16*16*9 + 32) = 4,672; stage 2 16*32*9 + 32*32*9 + 128
 // + projection 16*32 + 64 = 14,528; stage 3 32*64*9 + 64*64*9 + 256 + 32*64 + 128 = 57,728;
 // classifier 64*10 + 10 = 650.
 TEST(CompactResNet, KeepsItsParameterNamesAndCount) {
-  nn::AnyModule model = create_model(ModelSpec{});
+  nn::AnyModule model = create_model(model_options("compact_resnet"), ModelShape{});
   const auto s = shapes(*model.ptr());
   int64_t count = 0;
   for (const auto& p : model.ptr()->parameters()) count += p.numel();

@@ -27,11 +27,7 @@ int64_t parameter_count(nn::Module& model, const std::string& containing = "") {
 
 torch::nn::AnyModule from_registry(const std::string& type, int64_t in_channels,
                                    int64_t num_classes) {
-  ModelSpec spec;
-  spec.type = type;
-  spec.in_channels = in_channels;
-  spec.num_classes = num_classes;
-  return create_model(spec);
+  return create_model(model_options(type), {in_channels, num_classes});
 }
 
 // Counted by hand for 3 input channels and 10 classes (conv weights, BN weight + bias, fc):

@@ -39,12 +39,8 @@ int64_t parameter_count(torch::nn::Module& model) {
   return n;
 }
 
-ModelSpec spec_for(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
-  ModelSpec spec;
-  spec.type = type;
-  spec.num_classes = num_classes;
-  spec.in_channels = in_channels;
-  return spec;
+torch::nn::AnyModule build(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
+  return create_model(model_options(type), {in_channels, num_classes});
 }
 
 torch::Tensor read_tensor(const fs::path& path) {
@@ -72,7 +68,7 @@ TEST(ResNet, ParameterCountsEqualTorchvisions) {
                                                               {"resnet50", 25'557'032},
                                                               {"resnet101", 44'549'160}};
   for (const auto& [type, count] : expected) {
-    torch::nn::AnyModule model = create_model(spec_for(type));
+    torch::nn::AnyModule model = build(type);
     EXPECT_EQ(parameter_count(*model.ptr()), count) << type;
   }
 }
@@ -81,12 +77,12 @@ TEST(ResNet, OutputShapeFromRegistry) {
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({2, 3, 64, 64});
   for (const std::string type : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
-    torch::nn::AnyModule model = create_model(spec_for(type, 7));
+    torch::nn::AnyModule model = build(type, 7);
     model.ptr()->eval();
     EXPECT_EQ(model.forward(x).sizes(), (std::vector<int64_t>{2, 7})) << type;
   }
   // in_channels reaches the stem: a grayscale ResNet-18.
-  torch::nn::AnyModule gray = create_model(spec_for("resnet18", 10, 1));
+  torch::nn::AnyModule gray = build("resnet18", 10, 1);
   EXPECT_EQ(state_map(*gray.ptr()).at("conv1.weight").sizes(), (std::vector<int64_t>{64, 1, 7, 7}));
   EXPECT_EQ(gray.forward(torch::randn({2, 1, 32, 32})).sizes(), (std::vector<int64_t>{2, 10}));
 }
