@@ -78,6 +78,9 @@ find_package(JPEG QUIET)
 stoker_require(JPEG_FOUND "libjpeg (libjpeg-turbo)" "${_apt} libjpeg62-turbo-dev")
 find_package(PNG QUIET)
 stoker_require(PNG_FOUND "libpng" "${_apt} libpng-dev")
+# CLI11 (header-only): the `trainer` program's subcommands, flags and help (apps/trainer.cpp).
+find_package(CLI11 CONFIG QUIET)
+stoker_require(CLI11_FOUND "CLI11 (for the trainer program)" "${_apt} libcli11-dev")
 # stoker::torch_flags (torch's flags, libstdc++ first, the fmt/spdlog include shim) and OpenCV core +
 # imgproc: the installed package makes the same targets the same way (cmake/StokerImportedTargets.cmake).
 include(StokerImportedTargets)

@@ -64,6 +64,74 @@ __device__ __forceinline__ void store4(T* dst, float a, float b, float c, float 
   }
 }
 
+// The partial group at the end of a row (fewer than kPixels pixels): value by value.
+template <int C, typename T, typename Index>
+__device__ __forceinline__ void preprocess_row_tail(const uint8_t* in_row, T* dst, Index row, Index b, Index h,
+                                                    Index w0, Index height, Index width, bool mirror,
+                                                    bool channels_last, const Norm& norm) {
+  for (Index w = w0; w < width; ++w) {
+    const uint8_t* in = in_row + static_cast<int64_t>(mirror ? width - 1 - w : w) * C;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = (static_cast<float>(in[c]) - norm.mean[c]) * norm.inv_std[c];
+      const int64_t o = channels_last ? (static_cast<int64_t>(row) * width + w) * C + c
+                                      : ((static_cast<int64_t>(b) * C + c) * height + h) * width + w;
+      dst[o] = from_float<T>(v);
+    }
+  }
+}
+
+// Loads the kPixels * C bytes at `in` (word loads when 4-byte aligned) and normalises them into
+// v[j][c] (output pixel j of the group, channel c), mirrored when `mirror`. Compile-time indices
+// only, so everything stays in registers.
+template <int C>
+__device__ __forceinline__ void load_group(const uint8_t* in, bool mirror, const Norm& norm, float (&v)[kPixels][C]) {
+  uint8_t px[kPixels * C];
+  if ((reinterpret_cast<uintptr_t>(in) & 3) == 0) {
+#pragma unroll
+    for (int k = 0; k < C; ++k) {
+      const uint32_t word = __ldg(reinterpret_cast<const unsigned int*>(in) + k);
+      px[4 * k + 0] = static_cast<uint8_t>(word);
+      px[4 * k + 1] = static_cast<uint8_t>(word >> 8);
+      px[4 * k + 2] = static_cast<uint8_t>(word >> 16);
+      px[4 * k + 3] = static_cast<uint8_t>(word >> 24);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPixels * C; ++k) px[k] = __ldg(in + k);
+  }
+#pragma unroll
+  for (int j = 0; j < kPixels; ++j) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const uint8_t x = mirror ? px[(kPixels - 1 - j) * C + c] : px[j * C + c];
+      v[j][c] = (static_cast<float>(x) - norm.mean[c]) * norm.inv_std[c];
+    }
+  }
+}
+
+// Stores one group of kPixels pixels x C channels at output pixel (b, h, w0).
+template <int C, typename T, typename Index>
+__device__ __forceinline__ void store_group(T* dst, const float (&v)[kPixels][C], Index row, Index b, Index h,
+                                            Index w0, Index height, Index width, bool channels_last) {
+  if (channels_last) {
+    // 4 pixels x C channels = 4*C interleaved values, stored as C runs of 4.
+    T* out = dst + (static_cast<int64_t>(row) * width + w0) * C;
+#pragma unroll
+    for (int q = 0; q < C; ++q) {
+      const int k = 4 * q;
+      store4(out + k, v[(k + 0) / C][(k + 0) % C], v[(k + 1) / C][(k + 1) % C], v[(k + 2) / C][(k + 2) % C],
+             v[(k + 3) / C][(k + 3) % C]);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      T* out = dst + ((static_cast<int64_t>(b) * C + c) * height + h) * width + w0;
+      store4(out, v[0][c], v[1][c], v[2][c], v[3][c]);
+    }
+  }
+}
+
 // Index: uint32_t when every element index fits (cheaper division), else int64_t.
 template <int C, typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
@@ -77,67 +145,15 @@ preprocess_grouped(const uint8_t* __restrict__ src, T* __restrict__ dst, const u
     const Index h = row - b * height;
     const bool mirror = flip != nullptr && flip[b] != 0;
     const uint8_t* in_row = src + static_cast<int64_t>(row) * width * C;
-
     if (w0 + kPixels > width) {
-      // The partial group at the end of a row: value by value.
-      for (Index w = w0; w < width; ++w) {
-        const uint8_t* in = in_row + static_cast<int64_t>(mirror ? width - 1 - w : w) * C;
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-          const float v = (static_cast<float>(in[c]) - norm.mean[c]) * norm.inv_std[c];
-          const int64_t o = channels_last ? (static_cast<int64_t>(row) * width + w) * C + c
-                                          : ((static_cast<int64_t>(b) * C + c) * height + h) * width + w;
-          dst[o] = from_float<T>(v);
-        }
-      }
+      preprocess_row_tail<C>(in_row, dst, row, b, h, w0, height, width, mirror, channels_last, norm);
       continue;
     }
-
     // Source pixels s0 .. s0+3: the same 4 as the output's, or their mirror image.
     const Index s0 = mirror ? width - w0 - kPixels : w0;
-    const uint8_t* in = in_row + static_cast<int64_t>(s0) * C;
-    uint8_t px[kPixels * C];
-    if ((reinterpret_cast<uintptr_t>(in) & 3) == 0) {
-#pragma unroll
-      for (int k = 0; k < C; ++k) {
-        const uint32_t word = __ldg(reinterpret_cast<const unsigned int*>(in) + k);
-        px[4 * k + 0] = static_cast<uint8_t>(word);
-        px[4 * k + 1] = static_cast<uint8_t>(word >> 8);
-        px[4 * k + 2] = static_cast<uint8_t>(word >> 16);
-        px[4 * k + 3] = static_cast<uint8_t>(word >> 24);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < kPixels * C; ++k) px[k] = __ldg(in + k);
-    }
-
-    // v[j][c]: output pixel w0 + j, channel c. Compile-time indices only, so px stays in registers.
     float v[kPixels][C];
-#pragma unroll
-    for (int j = 0; j < kPixels; ++j) {
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const uint8_t x = mirror ? px[(kPixels - 1 - j) * C + c] : px[j * C + c];
-        v[j][c] = (static_cast<float>(x) - norm.mean[c]) * norm.inv_std[c];
-      }
-    }
-
-    if (channels_last) {
-      // 4 pixels x C channels = 4*C interleaved values, stored as C runs of 4.
-      T* out = dst + (static_cast<int64_t>(row) * width + w0) * C;
-#pragma unroll
-      for (int q = 0; q < C; ++q) {
-        const int k = 4 * q;
-        store4(out + k, v[(k + 0) / C][(k + 0) % C], v[(k + 1) / C][(k + 1) % C],
-               v[(k + 2) / C][(k + 2) % C], v[(k + 3) / C][(k + 3) % C]);
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        T* out = dst + ((static_cast<int64_t>(b) * C + c) * height + h) * width + w0;
-        store4(out, v[0][c], v[1][c], v[2][c], v[3][c]);
-      }
-    }
+    load_group<C>(in_row + static_cast<int64_t>(s0) * C, mirror, norm, v);
+    store_group<C>(dst, v, row, b, h, w0, height, width, channels_last);
   }
 }
 

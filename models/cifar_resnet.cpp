@@ -4,7 +4,8 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/resnet.h"
+#include "models/blocks.h"
+#include "models/resnet.h"  // init_resnet_weights
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -29,19 +30,12 @@ CifarResNetImpl::CifarResNetImpl(int64_t depth, int64_t num_classes, int64_t in_
 }
 
 nn::Sequential CifarResNetImpl::make_stage(int64_t planes, int64_t blocks, int64_t stride) {
-  // Option B: a projection shortcut where the shape changes, the identity elsewhere.
-  nn::Sequential downsample{nullptr};
-  if (stride != 1 || inplanes_ != planes) {
-    downsample = nn::Sequential(
-        nn::Conv2d(nn::Conv2dOptions(inplanes_, planes, 1).stride(stride).bias(false)),
-        nn::BatchNorm2d(planes));
-  }
+  // Option B: the block projects its shortcut where the shape changes (the first block of stages 2
+  // and 3) and keeps the identity elsewhere.
   nn::Sequential stage;
-  stage->push_back(ResNetBasicBlock(inplanes_, planes, stride, downsample));
+  stage->push_back(BasicBlock(inplanes_, planes, stride));
   inplanes_ = planes;
-  for (int64_t i = 1; i < blocks; ++i) {
-    stage->push_back(ResNetBasicBlock(inplanes_, planes, 1, nullptr));
-  }
+  for (int64_t i = 1; i < blocks; ++i) stage->push_back(BasicBlock(inplanes_, planes, 1));
   return stage;
 }
 

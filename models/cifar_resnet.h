@@ -13,8 +13,8 @@
 // (option A: 853,018) for 3 input channels and 10 classes.
 //
 // Module names follow torchvision (`conv1`, `bn1`, `layer1.0.conv1`, `layer2.0.downsample.0`, `fc`),
-// the blocks being models::ResNetBasicBlock. Initialisation: Kaiming-normal convolutions (fan_out,
-// ReLU), batch-norm weight 1 and bias 0, fc PyTorch's Linear default.
+// the blocks being models::BasicBlock (models/blocks.h). Initialisation: Kaiming-normal
+// convolutions (fan_out, ReLU), batch-norm weight 1 and bias 0, fc PyTorch's Linear default.
 //
 // Registered in the model registry as cifar_resnet20 and cifar_resnet56; the ModelSpec gives
 // in_channels and num_classes (widths, blocks and dropout are not used). Any input size works

@@ -1,47 +1,40 @@
+// The compact ResNet (models/compact_resnet.h).
 #include "models/compact_resnet.h"
 
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/cifar_resnet.h"
-#include "models/resnet.h"
+#include "models/blocks.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
 
-namespace {
-nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+void CompactResNetOptions::visit(OptionsVisitor& v) {
+  v.field("widths", widths, rules::items(rules::at_least(1), 1));
+  v.field("blocks", blocks, rules::items(rules::at_least(1), 1));
+  v.field("dropout", dropout, rules::unit_open());
 }
-}  // namespace
 
-BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
-  conv1 = register_module("conv1", conv3x3(in, out, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(out));
-  conv2 = register_module("conv2", conv3x3(out, out, 1));
-  bn2 = register_module("bn2", nn::BatchNorm2d(out));
-  if (stride != 1 || in != out) {
-    shortcut = register_module(
-        "shortcut",
-        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-                       nn::BatchNorm2d(out)));
+void CompactResNetOptions::check() const {
+  if (widths.empty()) STOKER_FAIL("widths must list at least one stage width");
+  if (blocks.size() != widths.size()) {
+    STOKER_FAIL("blocks has {} entries but widths has {}; give one block count per stage", blocks.size(),
+                widths.size());
   }
 }
 
-torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::relu(bn1(conv1(x)));
-  y = bn2(conv2(y));
-  y += shortcut ? shortcut->forward(x) : x;
-  return torch::relu(y);
+TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout) {
+  auto options = std::make_unique<CompactResNetOptions>();
+  options->widths = std::move(widths);
+  options->blocks = std::move(blocks);
+  options->dropout = dropout;
+  return TypedOptions("compact_resnet", std::move(options));
 }
 
-CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
-  STOKER_CHECK(!spec.widths.empty(), "model.widths must list at least one stage width");
-  STOKER_CHECK(spec.blocks.size() == spec.widths.size(),
-               "model.blocks has {} entries but model.widths has {}; give one block count per stage",
-               spec.blocks.size(), spec.widths.size());
+CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const ModelShape& shape) {
+  spec.check();
   nn::Sequential body;
-  body->push_back("stem_conv", conv3x3(spec.in_channels, spec.widths[0], 1));
+  body->push_back("stem_conv", conv3x3(shape.in_channels, spec.widths[0], 1));
   body->push_back("stem_bn", nn::BatchNorm2d(spec.widths[0]));
   body->push_back("stem_relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
   int64_t channels = spec.widths[0];
@@ -49,7 +42,7 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
     for (int64_t b = 0; b < spec.blocks[stage]; ++b) {
       const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
       body->push_back(fmt::format("stage{}_block{}", stage + 1, b),
-                      BasicBlock(channels, spec.widths[stage], stride));
+                      BasicBlock(channels, spec.widths[stage], stride, "shortcut"));
       channels = spec.widths[stage];
     }
   }
@@ -57,45 +50,11 @@ CompactResNetImpl::CompactResNetImpl(const ModelSpec& spec) {
   body->push_back("flatten", nn::Flatten());
   features = register_module("features", body);
   dropout = register_module("dropout", nn::Dropout(spec.dropout));
-  classifier = register_module("classifier", nn::Linear(channels, spec.num_classes));
+  classifier = register_module("classifier", nn::Linear(channels, shape.num_classes));
 }
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
-}
-
-Registry<ModelFactory>& model_registry() {
-  static Registry<ModelFactory>* registry = [] {
-    auto* r = new Registry<ModelFactory>("model");
-    r->add("compact_resnet",
-           [](const ModelSpec& spec) { return nn::AnyModule(CompactResNet(spec)); });
-    // torchvision-compatible ResNets (models/resnet.h): only in_channels and num_classes matter.
-    r->add("resnet18", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet18(s.num_classes, s.in_channels));
-    });
-    r->add("resnet34", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet34(s.num_classes, s.in_channels));
-    });
-    r->add("resnet50", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet50(s.num_classes, s.in_channels));
-    });
-    r->add("resnet101", [](const ModelSpec& s) {
-      return nn::AnyModule(resnet101(s.num_classes, s.in_channels));
-    });
-    // CIFAR-style ResNets (models/cifar_resnet.h): only in_channels and num_classes matter.
-    r->add("cifar_resnet20", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet20(s.num_classes, s.in_channels));
-    });
-    r->add("cifar_resnet56", [](const ModelSpec& s) {
-      return nn::AnyModule(cifar_resnet56(s.num_classes, s.in_channels));
-    });
-    return r;
-  }();
-  return *registry;
-}
-
-torch::nn::AnyModule create_model(const ModelSpec& spec) {
-  return model_registry().get(spec.type)(spec);
 }
 
 }  // namespace stoker::models

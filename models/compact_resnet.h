@@ -1,53 +1,42 @@
-// The compact ResNet-style network of the Fashion-MNIST recipe, and the model registry.
+// The compact ResNet-style network of the Fashion-MNIST recipe.
 //
 // CompactResNet: a 3x3 stem, then one stage per entry of `widths`, each of `blocks[i]` basic
-// residual blocks (two 3x3 conv + batch-norm, identity or 1x1 projection shortcut); every stage
-// after the first halves the resolution. Global average pooling, dropout, one linear classifier.
+// residual blocks (models::BasicBlock of models/blocks.h: two 3x3 conv + batch-norm, identity or
+// 1x1 projection shortcut); every stage after the first halves the resolution. Global average
+// pooling, dropout, one linear classifier. Registered in the model registry (models/registry.h)
+// as compact_resnet. Parameter names, kept from before the blocks were shared so that saved
+// checkpoints still load: `features.stem_conv`, `features.stage<s>_block<b>.{conv1,bn1,conv2,bn2}`,
+// the projection `features.stage<s>_block<b>.shortcut.{0,1}`, `classifier`. Libtorch's default
+// initialisation.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <string>
-#include <vector>
-
 #include <torch/nn/module.h>
-#include <torch/nn/modules/batchnorm.h>
-#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 
-#include "common/registry.h"
+#include <cstdint>
+#include <vector>
+
+#include "models/registry.h"
 
 namespace stoker::models {
 
-// What a model is asked to be: its configured architecture plus the shape of the data.
-struct ModelSpec {
-  std::string type = "compact_resnet";
-  std::vector<int64_t> widths{16, 32, 64};
-  std::vector<int64_t> blocks{1, 1, 1};
-  double dropout = 0.0;
-  // From the data set:
-  int64_t in_channels = 1;
-  int64_t num_classes = 10;
+// compact_resnet's own keys (model.widths, model.blocks, model.dropout).
+struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
+  std::vector<int64_t> widths{16, 32, 64};  // channels of each stage
+  std::vector<int64_t> blocks{1, 1, 1};     // basic blocks in each stage
+  double dropout = 0.0;                     // before the classifier
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
 };
 
-class BasicBlockImpl : public torch::nn::Module {
- public:
-  BasicBlockImpl(int64_t in, int64_t out, int64_t stride);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
-  torch::nn::Sequential shortcut{nullptr};  // empty when the shapes already match
-};
-TORCH_MODULE(BasicBlock);
+// compact_resnet with these options, as the model registry builds it (for code and tests).
+TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout = 0.0);
 
 class CompactResNetImpl : public torch::nn::Module {
  public:
-  explicit CompactResNetImpl(const ModelSpec& spec);
+  CompactResNetImpl(const CompactResNetOptions& options, const ModelShape& shape);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
@@ -56,16 +45,5 @@ class CompactResNetImpl : public torch::nn::Module {
   torch::nn::Linear classifier{nullptr};
 };
 TORCH_MODULE(CompactResNet);
-
-// Builds a model; the result is type-erased so that the Trainer can hold any module with a
-// `forward(Tensor) -> Tensor`.
-using ModelFactory = std::function<torch::nn::AnyModule(const ModelSpec&)>;
-
-// The process-wide model registry, with Stoker's own models already in it. Applications add theirs
-// with `model_registry().add("my_net", factory)` and then select them with `model.type: my_net`.
-Registry<ModelFactory>& model_registry();
-
-// Looks up `spec.type` and builds it.
-torch::nn::AnyModule create_model(const ModelSpec& spec);
 
 }  // namespace stoker::models

@@ -1,11 +1,12 @@
-// torchvision-compatible ResNet-18/34/50/101, and moving weights between Stoker and Python.
+// torchvision-compatible ResNet-18/34/50/101, and torchvision's initialisation of ResNets.
 //
 // The architecture is torchvision.models.resnet's, module for module: a 7x7 stride-2 stem `conv1`,
 // `bn1`, ReLU, a 3x3 stride-2 max-pool, `layer1`..`layer4` of BasicBlock (18/34) or Bottleneck
-// (50/101, the stride on the 3x3 conv as in torchvision's "ResNet v1.5"), adaptive average pooling
-// and `fc`. Parameter and buffer names equal torchvision's state_dict() keys exactly
-// (`layer1.0.downsample.0.weight`, `layer2.1.bn2.running_mean`, `bn1.num_batches_tracked`, ...),
-// so weights move both ways with save_state_dict / load_state_dict below.
+// (50/101, the stride on the 3x3 conv as in torchvision's "ResNet v1.5"; both in models/blocks.h),
+// adaptive average pooling and `fc`. Parameter and buffer names equal torchvision's state_dict()
+// keys exactly (`layer1.0.downsample.0.weight`, `layer2.1.bn2.running_mean`,
+// `bn1.num_batches_tracked`, ...), so weights move both ways with save_state_dict /
+// load_state_dict (models/state_dict.h).
 //
 // Registered in the model registry as resnet18, resnet34, resnet50 and resnet101; the ModelSpec
 // gives in_channels (the stem's input) and num_classes (fc's output). widths/blocks/dropout are
@@ -20,8 +21,6 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <string>
 #include <vector>
 
 namespace stoker::models {
@@ -29,38 +28,6 @@ namespace stoker::models {
 // torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
 // convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.
 void init_resnet_weights(torch::nn::Module& model);
-
-// torchvision's BasicBlock: conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut.
-class ResNetBasicBlockImpl : public torch::nn::Module {
- public:
-  static constexpr int64_t expansion = 1;
-  // `downsample` is empty (nullptr) when the shortcut is the identity.
-  ResNetBasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                       torch::nn::Sequential downsample);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
-  torch::nn::Sequential downsample{nullptr};
-};
-TORCH_MODULE(ResNetBasicBlock);
-
-// torchvision's Bottleneck (v1.5): conv1x1 - bn - relu - conv3x3(stride) - bn - relu - conv1x1
-// (planes * 4) - bn, plus the shortcut.
-class ResNetBottleneckImpl : public torch::nn::Module {
- public:
-  static constexpr int64_t expansion = 4;
-  ResNetBottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                       torch::nn::Sequential downsample);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
-  torch::nn::Sequential downsample{nullptr};
-};
-TORCH_MODULE(ResNetBottleneck);
 
 enum class ResNetBlock { basic, bottleneck };
 
@@ -90,19 +57,5 @@ ResNet resnet18(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet34(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet50(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet101(int64_t num_classes = 1000, int64_t in_channels = 3);
-
-// Writes every parameter and buffer of `model` (recursively, dotted names as in
-// named_parameters/named_buffers) to `file` as one dict {name: tensor}, in the zip format of
-// torch.save. Python reads it with plain `torch.load(file)` (weights_only=True, the default, works)
-// and can pass it straight to `module.load_state_dict(...)`. Tensors are copied to the CPU first.
-// Throws stoker::Error when the file cannot be written.
-void save_state_dict(torch::nn::Module& model, const std::filesystem::path& file);
-
-// Reads a dict {name: tensor} from `file` - one saved from Python with
-// `torch.save(model.state_dict(), file)` or by save_state_dict - and copies it into `model`'s
-// parameters and buffers (onto their devices and dtypes). Strict: every key of the model must be
-// present with the same shape, and the file may hold no other keys. Throws stoker::Error naming the
-// file and the offending key(s) otherwise; the model is left unchanged when it throws.
-void load_state_dict(torch::nn::Module& model, const std::filesystem::path& file);
 
 }  // namespace stoker::models

@@ -19,7 +19,7 @@ APT_PACKAGES=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
-  libgtest-dev dataset-fashion-mnist
+  libgtest-dev libcli11-dev dataset-fashion-mnist
 )
 
 install_debian_packages() {

@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include "models/compact_resnet.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,9 +119,7 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.data.eval_batch_size = 64;
   c.data.mean = {0.5};
   c.data.std = {0.3};
-  c.model.widths = {8, 16};
-  c.model.blocks = {1, 1};
-  c.model.dropout = 0.1;  // exercises the RNG state in checkpoints
+  c.model = models::compact_resnet({8, 16}, {1, 1}, 0.1);  // dropout exercises the RNG state in checkpoints
   c.optimizer.lr = 0.05;
   c.schedule.warmup_epochs = 0.5;
   c.train.epochs = 3;

@@ -126,32 +126,30 @@ std::string read_checkpoint_config(const fs::path& path) {
   return "";
 }
 
-CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
-                                  torch::optim::Optimizer* optimizer, torch::Device device,
-                                  const std::vector<CheckpointPart>& parts) {
-  const std::string name = path.string();
-  torch::serialize::InputArchive archive;
-  open_checkpoint(path, archive, device);
-  torch::IValue value;
+namespace {
 
-  // Model: every parameter and buffer, by name, with matching shapes.
-  {
-    torch::NoGradGuard no_grad;
-    auto load_into = [&](const std::string& key, torch::Tensor& target) {
-      torch::Tensor loaded;
-      STOKER_CHECK(archive.try_read("model." + key, loaded),
-                   "checkpoint {} has no '{}': it was written for a different model; check model.* "
-                   "in the config",
-                   name, key);
-      STOKER_CHECK(loaded.sizes() == target.sizes(),
-                   "checkpoint {}: '{}' has shape {} but the model expects {}; check model.* in the "
-                   "config",
-                   name, key, fmt::join(loaded.sizes(), "x"), fmt::join(target.sizes(), "x"));
-      target.copy_(loaded);
-    };
-    for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
-    for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
-  }
+// Every parameter and buffer of `model`, by name, with matching shapes.
+void read_model(torch::serialize::InputArchive& archive, const std::string& name, torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  auto load_into = [&](const std::string& key, torch::Tensor& target) {
+    torch::Tensor loaded;
+    STOKER_CHECK(archive.try_read("model." + key, loaded),
+                 "checkpoint {} has no '{}': it was written for a different model; check model.* "
+                 "in the config",
+                 name, key);
+    STOKER_CHECK(loaded.sizes() == target.sizes(),
+                 "checkpoint {}: '{}' has shape {} but the model expects {}; check model.* in the "
+                 "config",
+                 name, key, fmt::join(loaded.sizes(), "x"), fmt::join(target.sizes(), "x"));
+    target.copy_(loaded);
+  };
+  for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
+  for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
+}
+
+// The optimizer's state and the extra parts' (loss scaler, ...), each rethrowing with the file.
+void read_optimizer_and_parts(torch::serialize::InputArchive& archive, const std::string& name,
+                              torch::optim::Optimizer* optimizer, const std::vector<CheckpointPart>& parts) {
   if (optimizer != nullptr) {
     torch::serialize::InputArchive optim_archive;
     STOKER_CHECK(archive.try_read("optimizer", optim_archive), "checkpoint {} holds no optimizer state",
@@ -176,7 +174,12 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
                   why.substr(0, why.find('\n')));
     }
   }
+}
+
+// Where training stands, the EMA of the weights and the saved config.
+CheckpointContent read_content(torch::serialize::InputArchive& archive, const std::string& name) {
   CheckpointContent content;
+  torch::IValue value;
   auto read_int = [&](const char* key) {
     STOKER_CHECK(archive.try_read(key, value) && value.isInt(), "checkpoint {} lacks '{}'", name, key);
     return value.toInt();
@@ -203,6 +206,20 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
   }
   if (!content.ema.empty()) content.ema_updates = read_int("ema_updates");
   if (archive.try_read("config", value) && value.isString()) content.config_yaml = value.toStringRef();
+  return content;
+}
+
+}  // namespace
+
+CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model,
+                                  torch::optim::Optimizer* optimizer, torch::Device device,
+                                  const std::vector<CheckpointPart>& parts) {
+  const std::string name = path.string();
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, device);
+  read_model(archive, name, model);
+  read_optimizer_and_parts(archive, name, optimizer, parts);
+  CheckpointContent content = read_content(archive, name);
   read_rng(archive, device);
   return content;
 }

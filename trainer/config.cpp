@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/transform_options.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "trainer/schedule.h"
 #include "trainer/yaml_options.h"
 
@@ -34,114 +34,132 @@ const std::vector<std::string>& epoch_metrics() {
 }
 
 // ---- the mapping, in one place ------------------------------------------------------------------
-// Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
+// One function per section; `v` is the YAML reader or writer (trainer/yaml_options.h).
 
 template <typename V>
-void visit_config(Config& c, V& v) {
+void visit_run(Config& c, V& v) {
+  v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
+  v.field("dir", c.run.dir, non_empty());
+  v.field("seed", c.run.seed, non_negative());
+  v.field("device", c.run.device, matching("auto|cpu|cuda|cuda:[0-9]+", "auto, cpu, cuda or cuda:N"));
+  v.field("threads", c.run.threads, at_least(0));
+}
+
+template <typename V>
+void visit_data(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
-  v.section("run", [&] {
-    v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
-    v.field("dir", c.run.dir, non_empty());
-    v.field("seed", c.run.seed, non_negative());
-    v.field("device", c.run.device, matching("auto|cpu|cuda|cuda:[0-9]+", "auto, cpu, cuda or cuda:N"));
-    v.field("threads", c.run.threads, at_least(0));
+  v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
+  v.field("root", c.data.root, described("a folder path"));
+  v.field("num_classes", c.data.num_classes, at_least(2));
+  v.field("batch_size", c.data.batch_size, at_least(1));
+  v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
+  v.field("shuffle", c.data.shuffle);
+  v.field("drop_last", c.data.drop_last);
+  v.field("workers", c.data.workers, at_least(0));
+  v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
+  v.field("device_prefetch", c.data.device_prefetch, at_least(1));
+  v.field("pin_memory", c.data.pin_memory);
+  v.field("on_bad_sample", c.data.on_bad_sample, one_of({"skip", "error"}));
+  v.typed_list("train_transforms", c.data.train_transforms, transforms);
+  v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
+  v.field("mean", c.data.mean, items(any_number(), 1));
+  v.field("std", c.data.std, items(positive(), 1));
+  v.field("train_limit", c.data.train_limit, at_least(0));
+  v.field("test_limit", c.data.test_limit, at_least(0));
+  v.field("shard_rank", c.data.shard_rank, at_least(0));
+  v.field("shard_count", c.data.shard_count, at_least(1));
+}
+
+template <typename V>
+void visit_model(Config& c, V& v) {
+  static const TypeCatalog models = catalog_of(models::model_registry(), "model");
+  v.typed(c.model, models, TypedLayout::kBeside);
+}
+
+template <typename V>
+void visit_optimizer(Config& c, V& v) {
+  v.field("type", c.optimizer.type, one_of({"sgd", "adamw"}));
+  v.field("lr", c.optimizer.lr, positive());
+  v.field("momentum", c.optimizer.momentum, unit_open());
+  v.field("nesterov", c.optimizer.nesterov);
+  v.field("betas", c.optimizer.betas, items(unit_open(), 2, 2));
+  v.field("eps", c.optimizer.eps, positive());
+  v.field("weight_decay", c.optimizer.weight_decay, non_negative());
+  v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
+  v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
+  v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
+}
+
+template <typename V>
+void visit_schedule(Config& c, V& v) {
+  Rule known_schedule = non_empty();
+  known_schedule.expected =
+      fmt::format("a registered schedule type ({})", fmt::join(schedule_registry().names(), ", "));
+  known_schedule.accepts = [](const std::string& s) { return schedule_registry().contains(s); };
+  v.field("type", c.schedule.type, known_schedule);
+  v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
+  v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
+  v.field("milestones", c.schedule.milestones, items(at_least(1), 0));
+  v.field("gamma", c.schedule.gamma, number("a number in (0, 1]", 0, 1, true));
+  v.field("pct_start", c.schedule.pct_start, number("a number in (0, 1)", 0, 1, true, true));
+  v.field("div_factor", c.schedule.div_factor, number("a number >= 1", 1));
+  v.field("final_div_factor", c.schedule.final_div_factor, number("a number >= 1", 1));
+}
+
+template <typename V>
+void visit_train(Config& c, V& v) {
+  v.field("epochs", c.train.epochs, at_least(1));
+  v.field("precision", c.train.precision, one_of({"fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}));
+  v.section("loss_scale", [&] {
+    v.field("init_scale", c.train.loss_scale.init_scale, positive());
+    v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));
+    v.field("backoff_factor", c.train.loss_scale.backoff_factor, number("a number in (0, 1)", 0, 1, true, true));
+    v.field("growth_interval", c.train.loss_scale.growth_interval, at_least(1));
   });
-  v.section("data", [&] {
-    v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
-    v.field("root", c.data.root, described("a folder path"));
-    v.field("num_classes", c.data.num_classes, at_least(2));
-    v.field("batch_size", c.data.batch_size, at_least(1));
-    v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
-    v.field("shuffle", c.data.shuffle);
-    v.field("drop_last", c.data.drop_last);
-    v.field("workers", c.data.workers, at_least(0));
-    v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
-    v.field("device_prefetch", c.data.device_prefetch, at_least(1));
-    v.field("pin_memory", c.data.pin_memory);
-    v.field("on_bad_sample", c.data.on_bad_sample, one_of({"skip", "error"}));
-    v.typed_list("train_transforms", c.data.train_transforms, transforms);
-    v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
-    v.field("mean", c.data.mean, items(any_number(), 1));
-    v.field("std", c.data.std, items(positive(), 1));
-    v.field("train_limit", c.data.train_limit, at_least(0));
-    v.field("test_limit", c.data.test_limit, at_least(0));
-    v.field("shard_rank", c.data.shard_rank, at_least(0));
-    v.field("shard_count", c.data.shard_count, at_least(1));
+  v.field("accumulate_steps", c.train.accumulate_steps, at_least(1));
+  v.field("effective_batch_size", c.train.effective_batch_size, at_least(0));
+  v.field("strict_sizes", c.train.strict_sizes);
+  v.field("cuda_graph", c.train.cuda_graph);
+  v.field("label_smoothing", c.train.label_smoothing, unit_open());
+  v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
+  v.field("channels_last", c.train.channels_last);
+  v.field("log_every_steps", c.train.log_every_steps, at_least(1));
+  v.field("ema_decay", c.train.ema_decay, unit_open());
+  v.field("ema_warmup", c.train.ema_warmup);
+  v.section("early_stopping", [&] {
+    v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
+    v.field("patience", c.train.early_stopping.patience, at_least(0));
+    v.field("min_delta", c.train.early_stopping.min_delta, non_negative());
   });
-  v.section("model", [&] {
-    Rule known_model = non_empty();
-    known_model.expected = fmt::format("a registered model type ({})",
-                                       fmt::join(models::model_registry().names(), ", "));
-    known_model.accepts = [](const std::string& s) { return models::model_registry().contains(s); };
-    v.field("type", c.model.type, known_model);
-    v.field("widths", c.model.widths, items(at_least(1), 1));
-    v.field("blocks", c.model.blocks, items(at_least(1), 1));
-    v.field("dropout", c.model.dropout, unit_open());
-  });
-  v.section("optimizer", [&] {
-    v.field("type", c.optimizer.type, one_of({"sgd", "adamw"}));
-    v.field("lr", c.optimizer.lr, positive());
-    v.field("momentum", c.optimizer.momentum, unit_open());
-    v.field("nesterov", c.optimizer.nesterov);
-    v.field("betas", c.optimizer.betas, items(unit_open(), 2, 2));
-    v.field("eps", c.optimizer.eps, positive());
-    v.field("weight_decay", c.optimizer.weight_decay, non_negative());
-    v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
-    v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
-    v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
-  });
-  v.section("schedule", [&] {
-    Rule known_schedule = non_empty();
-    known_schedule.expected =
-        fmt::format("a registered schedule type ({})", fmt::join(schedule_registry().names(), ", "));
-    known_schedule.accepts = [](const std::string& s) { return schedule_registry().contains(s); };
-    v.field("type", c.schedule.type, known_schedule);
-    v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
-    v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
-    v.field("milestones", c.schedule.milestones, items(at_least(1), 0));
-    v.field("gamma", c.schedule.gamma, number("a number in (0, 1]", 0, 1, true));
-    v.field("pct_start", c.schedule.pct_start, number("a number in (0, 1)", 0, 1, true, true));
-    v.field("div_factor", c.schedule.div_factor, number("a number >= 1", 1));
-    v.field("final_div_factor", c.schedule.final_div_factor, number("a number >= 1", 1));
-  });
-  v.section("train", [&] {
-    v.field("epochs", c.train.epochs, at_least(1));
-    v.field("precision", c.train.precision, one_of({"fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}));
-    v.section("loss_scale", [&] {
-      v.field("init_scale", c.train.loss_scale.init_scale, positive());
-      v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));
-      v.field("backoff_factor", c.train.loss_scale.backoff_factor, number("a number in (0, 1)", 0, 1, true, true));
-      v.field("growth_interval", c.train.loss_scale.growth_interval, at_least(1));
-    });
-    v.field("accumulate_steps", c.train.accumulate_steps, at_least(1));
-    v.field("effective_batch_size", c.train.effective_batch_size, at_least(0));
-    v.field("strict_sizes", c.train.strict_sizes);
-    v.field("cuda_graph", c.train.cuda_graph);
-    v.field("label_smoothing", c.train.label_smoothing, unit_open());
-    v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
-    v.field("channels_last", c.train.channels_last);
-    v.field("log_every_steps", c.train.log_every_steps, at_least(1));
-    v.field("ema_decay", c.train.ema_decay, unit_open());
-    v.field("ema_warmup", c.train.ema_warmup);
-    v.section("early_stopping", [&] {
-      v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
-      v.field("patience", c.train.early_stopping.patience, at_least(0));
-      v.field("min_delta", c.train.early_stopping.min_delta, non_negative());
-    });
-  });
-  v.section("checkpoint", [&] {
-    v.field("save_last", c.checkpoint.save_last);
-    v.field("save_best", c.checkpoint.save_best);
-    v.field("best_metric", c.checkpoint.best_metric, one_of(epoch_metrics()));
-    v.field("every_steps", c.checkpoint.every_steps, at_least(0));
-  });
+}
+
+template <typename V>
+void visit_checkpoint(Config& c, V& v) {
+  v.field("save_last", c.checkpoint.save_last);
+  v.field("save_best", c.checkpoint.save_best);
+  v.field("best_metric", c.checkpoint.best_metric, one_of(epoch_metrics()));
+  v.field("every_steps", c.checkpoint.every_steps, at_least(0));
+}
+
+// Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
+template <typename V>
+void visit_config(Config& c, V& v) {
+  v.section("run", [&] { visit_run(c, v); });
+  v.section("data", [&] { visit_data(c, v); });
+  v.section("model", [&] { visit_model(c, v); });
+  v.section("optimizer", [&] { visit_optimizer(c, v); });
+  v.section("schedule", [&] { visit_schedule(c, v); });
+  v.section("train", [&] { visit_train(c, v); });
+  v.section("checkpoint", [&] { visit_checkpoint(c, v); });
 }
 
 // ---- cross-field checks -------------------------------------------------------------------------
 
-void check_consistency(const Config& c, const std::string& source) {
-  auto fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
+// Each throws stoker::Error with the message `fail` is given (prefixed with the file).
+using Fail = std::function<void(const std::string&)>;
+
+void check_data_and_model(const Config& c, const Fail& fail) {
   if (c.data.mean.size() != c.data.std.size()) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
                      c.data.mean.size(), c.data.std.size()));
@@ -150,14 +168,12 @@ void check_consistency(const Config& c, const std::string& source) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
                      c.data.shard_count));
   }
-  if (c.model.blocks.size() != c.model.widths.size()) {
-    fail(fmt::format("model.blocks has {} entries but model.widths has {}; give one block count per "
-                     "stage",
-                     c.model.blocks.size(), c.model.widths.size()));
-  }
   if (c.optimizer.type == "sgd" && c.optimizer.nesterov && c.optimizer.momentum == 0) {
     fail("optimizer.nesterov needs optimizer.momentum > 0; set a momentum or nesterov: false");
   }
+}
+
+void check_batching(const Config& c, const Fail& fail) {
   if (c.train.effective_batch_size > 0) {
     const int64_t per_step = c.data.batch_size * c.data.shard_count;
     if (c.train.effective_batch_size % per_step != 0) {
@@ -174,31 +190,40 @@ void check_consistency(const Config& c, const std::string& source) {
                        c.train.accumulate_steps, c.train.effective_batch_size, derived, per_step));
     }
   }
+}
+
+void check_milestones(const Config& c, const Fail& fail) {
+  const auto& milestones = c.schedule.milestones;
+  if (c.schedule.type != "step") {
+    if (!milestones.empty()) {
+      fail(fmt::format("schedule.milestones is used by schedule.type: step only, not {}; remove it",
+                       c.schedule.type));
+    }
+    return;
+  }
+  if (milestones.empty()) {
+    fail("schedule.milestones must list at least one epoch for schedule.type: step, e.g. "
+         "milestones: [30, 60, 80]");
+  }
+  for (size_t i = 0; i < milestones.size(); ++i) {
+    if (i > 0 && milestones[i] <= milestones[i - 1]) {
+      fail(fmt::format("schedule.milestones must increase: {} after {} at [{}]", milestones[i],
+                       milestones[i - 1], i));
+    }
+    if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
+      fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
+                       "schedule.warmup_epochs ({}) and below train.epochs ({})",
+                       i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
+    }
+  }
+}
+
+void check_schedule_and_metrics(const Config& c, const Fail& fail) {
   if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
     fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
                      c.schedule.warmup_epochs, c.train.epochs));
   }
-  const auto& milestones = c.schedule.milestones;
-  if (c.schedule.type == "step") {
-    if (milestones.empty()) {
-      fail("schedule.milestones must list at least one epoch for schedule.type: step, e.g. "
-           "milestones: [30, 60, 80]");
-    }
-    for (size_t i = 0; i < milestones.size(); ++i) {
-      if (i > 0 && milestones[i] <= milestones[i - 1]) {
-        fail(fmt::format("schedule.milestones must increase: {} after {} at [{}]", milestones[i],
-                         milestones[i - 1], i));
-      }
-      if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
-        fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
-                         "schedule.warmup_epochs ({}) and below train.epochs ({})",
-                         i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
-      }
-    }
-  } else if (!milestones.empty()) {
-    fail(fmt::format("schedule.milestones is used by schedule.type: step only, not {}; remove it",
-                     c.schedule.type));
-  }
+  check_milestones(c, fail);
   if (schedule_registry().get(c.schedule.type).own_warmup && c.schedule.warmup_epochs > 0) {
     fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0",
                      c.schedule.type, c.schedule.type == "one_cycle" ? " (schedule.pct_start)" : ""));
@@ -212,6 +237,13 @@ void check_consistency(const Config& c, const std::string& source) {
   };
   check_ema_metric("checkpoint.best_metric", c.checkpoint.best_metric);
   check_ema_metric("train.early_stopping.metric", c.train.early_stopping.metric);
+}
+
+void check_consistency(const Config& c, const std::string& source) {
+  const Fail fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
+  check_data_and_model(c, fail);
+  check_batching(c, fail);
+  check_schedule_and_metrics(c, fail);
 }
 
 // Applies "a.b=c" overrides onto the YAML tree; returns the overridden key paths.

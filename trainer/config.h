@@ -12,6 +12,7 @@
 
 #include "common/options.h"
 #include "data/dataset.h"
+#include "models/registry.h"
 
 namespace stoker {
 
@@ -47,13 +48,6 @@ struct DataOptions {
   int64_t test_limit = 0;   // use only the first N test samples (0 = all)
   int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
   int64_t shard_count = 1;
-};
-
-struct ModelOptions {
-  std::string type = "compact_resnet";
-  std::vector<int64_t> widths{16, 32, 64};
-  std::vector<int64_t> blocks{1, 1, 1};
-  double dropout = 0.0;
 };
 
 struct OptimizerOptions {
@@ -131,7 +125,8 @@ struct CheckpointOptions {
 struct Config {
   RunOptions run;
   DataOptions data;
-  ModelOptions model;
+  // model.type and that type's own keys beside it (compact_resnet: widths, blocks, dropout).
+  TypedOptions model = models::model_options("compact_resnet");
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
   TrainOptions train;

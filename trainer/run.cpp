@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
 #include "trainer/logging.h"
@@ -102,14 +102,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
 }
 
 torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
-  models::ModelSpec spec;
-  spec.type = config.model.type;
-  spec.widths = config.model.widths;
-  spec.blocks = config.model.blocks;
-  spec.dropout = config.model.dropout;
-  spec.in_channels = in_channels;
-  spec.num_classes = config.data.num_classes;
-  return models::create_model(spec);
+  return models::create_model(config.model, {in_channels, config.data.num_classes});
 }
 
 Loaders make_loaders(const Config& config, torch::Device device) {
@@ -210,7 +203,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   logger().info("run directory: {}", outcome.run_dir.string());
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
-                torch::get_num_threads(), config.model.type, params / 1e6);
+                torch::get_num_threads(), config.model.type(), params / 1e6);
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
                 "epochs; {} loader worker(s){}",
                 loaders.train->num_samples(), loaders.test->num_samples(), config.data.dataset.type(),

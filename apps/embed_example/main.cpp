@@ -3,13 +3,14 @@
 // 1. A data set: the application's own class implementing stoker::data::Dataset (here generated
 //    images of a horizontal or a vertical bar in noise: a two-class problem).
 // 2. A model: the application's own torch::nn::Module (a one-layer CNN).
-// 3. Both registered by name, so that the YAML config selects them with `data.type: bars` and
-//    `model.type: bar_net`, exactly as it selects Stoker's own data sets and models.
+// 3. Both registered by name with their own options, so that the YAML config selects them with
+//    `data.type: bars` and `model.type: bar_net` and sets their keys (`data.bars.side`,
+//    `model.filters`), checked like Stoker's own: a key bar_net does not have is an error.
 // 4. A Trainer built from the parts, with a callback that prints each epoch, trained for a few
 //    epochs. The program exits 0 only when the network has learned (test accuracy well above the
 //    50% of guessing).
 //
-//   embed_example [key.path=value]...    e.g. embed_example train.epochs=5 model.widths=[32]
+//   embed_example [key.path=value]...    e.g. embed_example train.epochs=5 model.filters=32
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -22,10 +23,11 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>  // torch::manual_seed
 
-#include "common/error.h"           // stoker::Error, STOKER_CHECK
+#include "common/error.h"           // stoker::Error, STOKER_FAIL
+#include "common/options.h"         // stoker::TypeOptionsOf, OptionsVisitor, rules (own config keys)
 #include "data/dataset.h"           // stoker::data::Dataset, dataset_registry()
 #include "data/loader.h"            // stoker::data::mix_seed
-#include "models/compact_resnet.h"  // stoker::models::ModelSpec, model_registry()
+#include "models/registry.h"        // stoker::models::model_registry(), model_type, create_model
 #include "trainer/config.h"         // stoker::Config, parse_config
 #include "trainer/run.h"            // make_loaders, resolve_device, configure_threads
 #include "trainer/trainer.h"        // stoker::Trainer, stoker::Callback
@@ -110,6 +112,12 @@ struct BarNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(BarNet);
 
+// bar_net's own keys, beside `type` in the `model:` section.
+struct BarNetOptions : stoker::TypeOptionsOf<BarNetOptions> {
+  int64_t filters = 8;
+  void visit(stoker::OptionsVisitor& v) override { v.field("filters", filters, stoker::rules::at_least(1)); }
+};
+
 // ---- 4. a callback --------------------------------------------------------------------------------
 // Callbacks see every step and epoch; Stoker's own logging, metrics and checkpoints are callbacks
 // too (trainer/callbacks.h), and run_training() adds them. Here the application prints its own line.
@@ -138,8 +146,7 @@ data:
   bars: {train_samples: 2000, test_samples: 1000, side: 12}   # bars' own keys (BarsOptions)
 model:
   type: bar_net             # the model registered below
-  widths: [8]               # bar_net's number of filters (one stage: one entry in widths
-  blocks: [1]               # and, as for every model, one in blocks)
+  filters: 8                # bar_net's own key (BarNetOptions)
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 schedule: {type: cosine}
 train: {epochs: 3}
@@ -156,11 +163,11 @@ int main(int argc, char** argv) {
         "bars", {stoker::options_of<BarsOptions>(), [](const stoker::data::DatasetOptions& options) {
                    return std::make_shared<BarsDataset>(options);
                  }});
-    stoker::models::model_registry().add("bar_net", [](const stoker::models::ModelSpec& spec) {
-      STOKER_CHECK(spec.widths.size() == 1, "bar_net takes one width (its filters), got {}",
-                   spec.widths.size());
-      return torch::nn::AnyModule(BarNet(spec.in_channels, spec.widths[0], spec.num_classes));
-    });
+    stoker::models::model_registry().add(
+        "bar_net", stoker::models::model_type<BarNetOptions>(
+                       [](const BarNetOptions& o, const stoker::models::ModelShape& shape) {
+                         return BarNet(shape.in_channels, o.filters, shape.num_classes);
+                       }));
 
     // The config, with the command line's key.path=value overrides applied and checked.
     const stoker::Config config =
@@ -173,14 +180,9 @@ int main(int argc, char** argv) {
     torch::manual_seed(config.run.seed);
     stoker::Loaders loaders = stoker::make_loaders(config, device);
 
-    stoker::models::ModelSpec spec;
-    spec.type = config.model.type;
-    spec.widths = config.model.widths;
-    spec.in_channels = loaders.in_channels;
-    spec.num_classes = config.data.num_classes;
-
-    stoker::Trainer trainer(config, stoker::models::create_model(spec), loaders.train, loaders.test,
-                            device);
+    const stoker::models::ModelShape shape{loaders.in_channels, config.data.num_classes};
+    stoker::Trainer trainer(config, stoker::models::create_model(config.model, shape), loaders.train,
+                            loaders.test, device);
     trainer.add_callback(std::make_shared<PrintEpochs>());
     const stoker::FitResult result = trainer.fit();
 

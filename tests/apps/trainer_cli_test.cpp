@@ -59,10 +59,92 @@ TEST(TrainerCli, MissingConfigFileIsAClearError) {
 TEST(TrainerCli, BadCommandLineShowsUsage) {
   Result r = run_trainer("");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--config FILE is required"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train needs --config FILE"), std::string::npos) << r.output;
   r = run_trainer("--config a.yaml --frobnicate");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown argument '--frobnicate'"), std::string::npos) << r.output;
+}
+
+// A usage error is one line saying what is wrong, then where to read what is right.
+void expect_usage_error(const std::string& args, const std::string& message, const std::string& subcommand) {
+  const Result r = run_trainer(args);
+  EXPECT_EQ(r.exit_code, 2) << "trainer " << args << "\n" << r.output;
+  const std::string help = subcommand.empty() ? "trainer --help" : "trainer " + subcommand + " --help";
+  EXPECT_EQ(r.output, "trainer: " + message + "\nRun '" + help + "' for usage.\n") << "trainer " << args;
+}
+
+TEST(TrainerCli, AFlagOfAnotherSubcommandNamesTheSubcommandsThatTakeIt) {
+  expect_usage_error("train --steps 5", "--steps is not an option of 'train'; it belongs to: bench-step", "train");
+  // Reported before the missing --config, and the same with --flag=value and the default subcommand.
+  expect_usage_error("--config a.yaml --steps=5", "--steps is not an option of 'train'; it belongs to: bench-step",
+                     "train");
+  expect_usage_error("bench-data --config a.yaml --checkpoint c.pt",
+                     "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict", "bench-data");
+  expect_usage_error("predict --checkpoint c.pt --print-config x.png",
+                     "--print-config is not an option of 'predict'; it belongs to: train, bench-data, bench-step, eval",
+                     "predict");
+  expect_usage_error("eval --config a.yaml --checkpoint c.pt --top 3",
+                     "--top is not an option of 'eval'; it belongs to: predict", "eval");
+}
+
+TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
+  expect_usage_error("bench-step --config a.yaml --frobnicate=2",
+                     "unknown argument '--frobnicate=2'; 'bench-step' takes: -h/--help, --config, --set, "
+                     "--print-config, --steps",
+                     "bench-step");
+  expect_usage_error("eval --config a.yaml -x",
+                     "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
+                     "eval");
+  expect_usage_error("frobnicate --config a.yaml",
+                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict",
+                     "");
+  expect_usage_error("train extra --config a.yaml", "unexpected argument 'extra' for 'train'", "train");
+}
+
+TEST(TrainerCli, MissingAndBadValuesNameTheFlag) {
+  expect_usage_error("--config", "--config needs a value (FILE)", "train");
+  expect_usage_error("bench-step --config a.yaml --steps", "--steps needs a value (N)", "bench-step");
+  expect_usage_error("--config a.yaml --set", "--set needs a value (KEY.PATH=VALUE)", "train");
+  expect_usage_error("bench-step --config a.yaml --steps 0", "--steps takes a positive whole number, not '0'",
+                     "bench-step");
+  expect_usage_error("bench-data --config a.yaml --batches=2.5", "--batches takes a positive whole number, not '2.5'",
+                     "bench-data");
+  expect_usage_error("predict --checkpoint c.pt --top -1 x.png", "--top takes a positive whole number, not '-1'",
+                     "predict");
+  expect_usage_error("bench-data --config a.yaml --split val", "--split takes train or test, not 'val'", "bench-data");
+  expect_usage_error("bench-data --config a.yaml --output f16", "--output takes float or uint8, not 'f16'",
+                     "bench-data");
+  expect_usage_error("--config a.yaml --progress fancy", "--progress takes auto, bar or lines, not 'fancy'", "train");
+  expect_usage_error("bench-data", "bench-data needs --config FILE", "bench-data");
+}
+
+TEST(TrainerCli, HelpOverallAndPerSubcommand) {
+  Result r = run_trainer("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"  train ", "  bench-data ", "  bench-step ", "  eval ", "  predict ", "exit status: 0 done"}) {
+    EXPECT_CONTAINS(r.output, line);
+  }
+  EXPECT_EQ(run_trainer("-h").output, r.output);
+
+  r = run_trainer("bench-data --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "Usage: trainer bench-data [OPTIONS]");
+  for (const char* flag : {"--config FILE", "--set KEY.PATH=VALUE", "--batches N", "--split train|test", "--output"}) {
+    EXPECT_CONTAINS(r.output, flag);
+  }
+  EXPECT_EQ(r.output.find("--steps"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--checkpoint"), std::string::npos) << r.output;
+
+  r = run_trainer("predict -h");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "Usage: trainer predict [OPTIONS] IMAGE...");
+  EXPECT_CONTAINS(r.output, "--top K");
+  EXPECT_CONTAINS(r.output, "--ema");
+  // Help wins over what else is wrong; with no subcommand named, it is train's.
+  r = run_trainer("--config a.yaml --steps 5 --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "Usage: trainer train [OPTIONS]");
+  EXPECT_CONTAINS(r.output, "--resume RUN");
 }
 
 TEST(TrainerCli, InvalidConfigNamesKeyAndLine) {
@@ -98,6 +180,21 @@ TEST(TrainerCli, PrintConfigShowsTheResolvedValues) {
                                "/configs/fashion_mnist.yaml --set optimizer.lr=0.03 --print-config");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("optimizer:\n  type: sgd\n  lr: 0.03\n"), std::string::npos) << r.output;
+}
+
+TEST(TrainerCli, PrintConfigWithTheFlagFormsAndSubcommands) {
+  const std::string recipe = std::string(STOKER_SOURCE_DIR) + "/configs/fashion_mnist.yaml";
+  // --flag=value, --set repeated (the last value of a key wins), the default subcommand or a named one.
+  for (const std::string command : {"", "train ", "bench-data ", "bench-step "}) {
+    const Result r = run_trainer(command + "--config=" + recipe + " --set=optimizer.lr=0.5 --set optimizer.lr=0.03" +
+                                 " --set train.epochs=2 --print-config");
+    EXPECT_EQ(r.exit_code, 0) << command << r.output;
+    EXPECT_CONTAINS(r.output, "optimizer:\n  type: sgd\n  lr: 0.03\n");
+    EXPECT_CONTAINS(r.output, "\n  epochs: 2\n");
+  }
+  // Given twice, the last --config counts.
+  const Result r = run_trainer("--config /nonexistent/x.yaml --config " + recipe + " --print-config");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(TrainerCli, TrainsStopsOnSignalAndResumes) {

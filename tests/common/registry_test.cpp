@@ -1,7 +1,9 @@
 #include "common/registry.h"
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
+#include "models/registry.h"
 #include "models/compact_resnet.h"
 
 namespace stoker {
@@ -41,27 +43,20 @@ TEST(Registry, UnknownNameListsKnownOnes) {
 }
 
 TEST(ModelRegistry, BuildsCompactResNetAndAcceptsApplicationModels) {
-  models::ModelSpec spec;
-  spec.widths = {4, 8};
-  spec.blocks = {1, 2};
-  spec.in_channels = 3;
-  spec.num_classes = 5;
-  torch::nn::AnyModule model = models::create_model(spec);
+  const models::ModelShape shape{3, 5};
+  torch::nn::AnyModule model = models::create_model(models::compact_resnet({4, 8}, {1, 2}), shape);
   EXPECT_EQ(model.forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 5}));
 
-  models::model_registry().add("test_linear", [](const models::ModelSpec& s) {
-    return torch::nn::AnyModule(FlatLinear(s.in_channels * 4, s.num_classes));
-  });
-  spec.type = "test_linear";
-  EXPECT_EQ(models::create_model(spec).forward(torch::randn({2, 3, 2, 2})).sizes(),
+  models::model_registry().add("test_linear", {options_of<NoOptions>(), [](const TypeOptions&, const models::ModelShape& s) {
+                                                 return torch::nn::AnyModule(FlatLinear(s.in_channels * 4, s.num_classes));
+                                               }});
+  EXPECT_EQ(models::create_model(models::model_options("test_linear"), shape).forward(torch::randn({2, 3, 2, 2})).sizes(),
             (std::vector<int64_t>{2, 5}));
 }
 
 TEST(ModelRegistry, UnknownTypeListsTheRegisteredModels) {
-  models::ModelSpec spec;
-  spec.type = "resnet21";
   try {
-    models::create_model(spec);
+    models::model_options("resnet21");
     FAIL() << "unknown model type accepted";
   } catch (const Error& e) {
     const std::string message = e.what();

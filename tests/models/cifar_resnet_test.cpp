@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "models/compact_resnet.h"
-#include "models/resnet.h"
+#include "models/blocks.h"
+#include "models/registry.h"
 #include "test_util.h"
 
 namespace stoker::models {
@@ -27,11 +27,7 @@ int64_t parameter_count(nn::Module& model, const std::string& containing = "") {
 
 torch::nn::AnyModule from_registry(const std::string& type, int64_t in_channels,
                                    int64_t num_classes) {
-  ModelSpec spec;
-  spec.type = type;
-  spec.in_channels = in_channels;
-  spec.num_classes = num_classes;
-  return create_model(spec);
+  return create_model(model_options(type), {in_channels, num_classes});
 }
 
 // Counted by hand for 3 input channels and 10 classes (conv weights, BN weight + bias, fc):
@@ -71,7 +67,7 @@ TEST(CifarResNet, ProjectionsOnlyWhereTheShapeChanges) {
   int64_t convs3x3 = 0, blocks = 0;
   for (const auto& m : model->modules()) {
     if (auto* conv = m->as<nn::Conv2d>(); conv && conv->weight.size(2) == 3) ++convs3x3;
-    if (m->as<ResNetBasicBlock>()) ++blocks;
+    if (m->as<BasicBlock>()) ++blocks;
   }
   EXPECT_EQ(convs3x3, 55);
   EXPECT_EQ(blocks, 27);

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/compact_resnet.h"
+#include "models/registry.h"
+#include "models/state_dict.h"
 #include "test_util.h"
 
 namespace stoker::models {
@@ -38,17 +39,8 @@ int64_t parameter_count(torch::nn::Module& model) {
   return n;
 }
 
-ModelSpec spec_for(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
-  ModelSpec spec;
-  spec.type = type;
-  spec.num_classes = num_classes;
-  spec.in_channels = in_channels;
-  return spec;
-}
-
-void write_pickle(const fs::path& path, const c10::IValue& value) {
-  const std::vector<char> bytes = torch::pickle_save(value);
-  testing::write_bytes(path, std::string(bytes.begin(), bytes.end()));
+torch::nn::AnyModule build(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
+  return create_model(model_options(type), {in_channels, num_classes});
 }
 
 torch::Tensor read_tensor(const fs::path& path) {
@@ -76,7 +68,7 @@ TEST(ResNet, ParameterCountsEqualTorchvisions) {
                                                               {"resnet50", 25'557'032},
                                                               {"resnet101", 44'549'160}};
   for (const auto& [type, count] : expected) {
-    torch::nn::AnyModule model = create_model(spec_for(type));
+    torch::nn::AnyModule model = build(type);
     EXPECT_EQ(parameter_count(*model.ptr()), count) << type;
   }
 }
@@ -85,12 +77,12 @@ TEST(ResNet, OutputShapeFromRegistry) {
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({2, 3, 64, 64});
   for (const std::string type : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
-    torch::nn::AnyModule model = create_model(spec_for(type, 7));
+    torch::nn::AnyModule model = build(type, 7);
     model.ptr()->eval();
     EXPECT_EQ(model.forward(x).sizes(), (std::vector<int64_t>{2, 7})) << type;
   }
   // in_channels reaches the stem: a grayscale ResNet-18.
-  torch::nn::AnyModule gray = create_model(spec_for("resnet18", 10, 1));
+  torch::nn::AnyModule gray = build("resnet18", 10, 1);
   EXPECT_EQ(state_map(*gray.ptr()).at("conv1.weight").sizes(), (std::vector<int64_t>{64, 1, 7, 7}));
   EXPECT_EQ(gray.forward(torch::randn({2, 1, 32, 32})).sizes(), (std::vector<int64_t>{2, 10}));
 }
@@ -165,74 +157,6 @@ TEST(ResNet, InitialisedAsTorchvision) {
   EXPECT_TRUE(s.at("layer3.0.downsample.1.weight").eq(1).all().item<bool>());
   // fc keeps nn.Linear's default: uniform within 1/sqrt(fan_in).
   EXPECT_LE(s.at("fc.weight").abs().max().item<double>(), 1.0 / std::sqrt(512.0) + 1e-6);
-}
-
-TEST(ResNet, StateDictRoundTripInCpp) {
-  TempDir tmp;
-  ResNet a = resnet18(10);
-  ResNet b = resnet18(10);
-  {
-    // Make the BN statistics non-trivial, then copy a into b through a file.
-    torch::NoGradGuard no_grad;
-    a->train();
-    a->forward(torch::randn({4, 3, 32, 32}));
-  }
-  save_state_dict(*a, tmp / "a.pt");
-  load_state_dict(*b, tmp / "a.pt");
-  auto sa = state_map(*a);
-  auto sb = state_map(*b);
-  for (const auto& [key, t] : sa) EXPECT_TRUE(t.equal(sb.at(key))) << key;
-  EXPECT_EQ(sb.at("bn1.num_batches_tracked").item<int64_t>(), 1);
-  a->eval();
-  b->eval();
-  torch::NoGradGuard no_grad;
-  const torch::Tensor x = torch::randn({2, 3, 64, 64});
-  EXPECT_TRUE(a->forward(x).equal(b->forward(x)));
-}
-
-TEST(ResNet, LoadErrorsNameTheFileAndKey) {
-  TempDir tmp;
-  ResNet model = resnet18(10);
-  c10::Dict<std::string, at::Tensor> full;
-  for (const auto& [key, t] : state_map(*model)) full.insert(key, t.detach().clone());
-  const torch::Tensor before = state_map(*model).at("layer1.0.conv1.weight").clone();
-
-  // A missing key.
-  auto missing = full.copy();
-  ASSERT_EQ(missing.erase("layer2.1.bn2.running_mean"), 1u);
-  missing.insert_or_assign("layer1.0.conv1.weight", torch::zeros({64, 64, 3, 3}));
-  write_pickle(tmp / "missing.pt", missing);
-  std::string message = error_of([&] { load_state_dict(*model, tmp / "missing.pt"); });
-  EXPECT_CONTAINS(message, (tmp / "missing.pt").string());
-  EXPECT_CONTAINS(message, "missing key 'layer2.1.bn2.running_mean'");
-  EXPECT_CONTAINS(message, "hint:");
-  // Nothing was copied: the load checks everything first.
-  EXPECT_TRUE(state_map(*model).at("layer1.0.conv1.weight").equal(before));
-
-  // A shape mismatch (weights of a 5-class model).
-  ResNet five = resnet18(5);
-  save_state_dict(*five, tmp / "five.pt");
-  message = error_of([&] { load_state_dict(*model, tmp / "five.pt"); });
-  EXPECT_CONTAINS(message, (tmp / "five.pt").string());
-  EXPECT_CONTAINS(message,
-                  "key 'fc.weight' has shape [5, 512] in the file but [10, 512] in the model");
-  EXPECT_CONTAINS(message, "key 'fc.bias' has shape [5]");
-
-  // An extra key.
-  auto extra = full.copy();
-  extra.insert("fc2.weight", torch::zeros({3}));
-  write_pickle(tmp / "extra.pt", extra);
-  message = error_of([&] { load_state_dict(*model, tmp / "extra.pt"); });
-  EXPECT_CONTAINS(message, "unexpected key 'fc2.weight'");
-
-  // Not a dict, not a torch.save file, no file at all.
-  write_pickle(tmp / "tensor.pt", torch::zeros({2}));
-  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "tensor.pt"); }),
-                  "not a dict of tensors");
-  testing::write_bytes(tmp / "junk.pt", "not a zip file");
-  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "junk.pt"); }),
-                  "as a torch.save file");
-  EXPECT_CONTAINS(error_of([&] { load_state_dict(*model, tmp / "none.pt"); }), "does not exist");
 }
 
 // ---------------------------------------------------------------------------------------------

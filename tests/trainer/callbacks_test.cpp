@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/compact_resnet.h"
 #include "test_util.h"
 #include "trainer/run.h"
 

@@ -7,9 +7,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "test_util.h"
 #include "trainer/trainer.h"
+#include "models/compact_resnet.h"
 
 namespace stoker {
 namespace {
@@ -23,11 +24,8 @@ struct Parts {
 
 Parts make_parts(uint64_t seed, std::vector<int64_t> widths = {4, 8}) {
   torch::manual_seed(seed);
-  models::ModelSpec spec;
-  spec.widths = widths;
-  spec.blocks = std::vector<int64_t>(widths.size(), 1);
-  spec.dropout = 0.2;
-  Parts p{models::create_model(spec), nullptr};
+  const std::vector<int64_t> blocks(widths.size(), 1);
+  Parts p{models::create_model(models::compact_resnet(widths, blocks, 0.2), {}), nullptr};
   p.optimizer = make_optimizer(OptimizerOptions(), *p.model.ptr());
   // One step so that the optimizer has momentum buffers.
   p.model.forward(torch::randn({4, 1, 8, 8})).sum().backward();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "models/compact_resnet.h"
 #include "data/transform_options.h"
 #include "test_util.h"
 
@@ -45,7 +46,7 @@ train: {epochs: 4, channels_last: true}
   EXPECT_EQ(synthetic.cpu_cost_us, 50);
   EXPECT_EQ(synthetic.width, data::SyntheticOptions().width);
   EXPECT_EQ(c.data.std, (std::vector<double>{1, 2, 3}));
-  EXPECT_EQ(c.model.blocks, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(c.model.as<models::CompactResNetOptions>().blocks, (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(c.optimizer.type, "adamw");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.95}));
@@ -152,6 +153,31 @@ data:
             250);
 }
 
+TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
+  // A key the chosen model type does not have is an error listing the keys it has.
+  EXPECT_EQ(error_of("model: {type: resnet50, widths: [8]}\n"),
+            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: type");
+  EXPECT_EQ(error_of("model:\n  type: compact_resnet\n  depth: 3\n"),
+            "recipe.yaml: model.depth at line 3: model type 'compact_resnet' has no key 'depth'; it takes: "
+            "blocks, dropout, type, widths");
+  // The resolved config holds the chosen type's keys only, and reads back the same.
+  const Config c = parse_config("model: {type: resnet18}\n", "r.yaml");
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("model:\n  type: resnet18\noptimizer:"), std::string::npos) << yaml;
+  EXPECT_EQ(config_to_yaml(parse_config(yaml, "again.yaml")), yaml);
+  // An application's model type gets its keys the same way.
+  struct WideOptions : TypeOptionsOf<WideOptions> {
+    int64_t width = 4;
+    void visit(OptionsVisitor& v) override { v.field("width", width, rules::at_least(2)); }
+  };
+  if (!models::model_registry().contains("config_test_wide")) {
+    models::model_registry().add("config_test_wide", {options_of<WideOptions>(), nullptr});
+  }
+  EXPECT_EQ(parse_config("model: {type: config_test_wide, width: 9}\n", "r.yaml").model.as<WideOptions>().width, 9);
+  EXPECT_EQ(error_of("model: {type: config_test_wide, width: 1}\n"),
+            "recipe.yaml: model.width at line 1: expected an integer >= 2, got \"1\"");
+}
+
 TEST(Config, InvalidYamlNamesLineAndColumn) {
   const std::string msg = error_of("run:\n  name: [unclosed\n");
   EXPECT_NE(msg.find("recipe.yaml: invalid YAML at line"), std::string::npos) << msg;
@@ -161,7 +187,7 @@ TEST(Config, CrossFieldChecks) {
   EXPECT_EQ(error_of("data:\n  mean: [0.1, 0.2]\n  std: [0.3]\n"),
             "recipe.yaml: data.mean has 2 value(s) but data.std has 1; give one of each per channel");
   EXPECT_EQ(error_of("model:\n  widths: [8, 16]\n  blocks: [1]\n"),
-            "recipe.yaml: model.blocks has 1 entries but model.widths has 2; give one block count "
+            "recipe.yaml: model at line 2: blocks has 1 entries but widths has 2; give one block count "
             "per stage");
   EXPECT_EQ(error_of("schedule:\n  warmup_epochs: 3\ntrain:\n  epochs: 3\n"),
             "recipe.yaml: schedule.warmup_epochs (3) must be shorter than train.epochs (3)");
@@ -238,7 +264,7 @@ TEST(Config, SetOverridesAnyKeyAndIsChecked) {
                                 {"optimizer.lr=0.05", "train.epochs=3", "model.widths=[4, 8, 12]"});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
   EXPECT_EQ(c.train.epochs, 3);
-  EXPECT_EQ(c.model.widths, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(c.model.as<models::CompactResNetOptions>().widths, (std::vector<int64_t>{4, 8, 12}));
   EXPECT_EQ(error_of("", {"optimizer.lr=fast"}),
             "--set optimizer.lr: expected a positive number, got \"fast\"");
   EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: unknown key 'lrr'"),

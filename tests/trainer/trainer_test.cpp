@@ -1,4 +1,5 @@
 #include "data/transform_options.h"
+#include "models/compact_resnet.h"
 #include "trainer/trainer.h"
 
 #include <gtest/gtest.h>
@@ -6,7 +7,7 @@
 
 #include <fstream>
 
-#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "test_util.h"
 #include "trainer/run.h"
 #include "trainer/sizing.h"
@@ -78,12 +79,8 @@ TEST_F(TrainerTest, TinyRunLearnsAndWritesItsRunDirectory) {
 std::unique_ptr<Trainer> make_trainer(const Config& config, uint64_t init_seed) {
   configure_threads(config.run.threads);
   Loaders loaders = make_loaders(config, torch::kCPU);
-  models::ModelSpec spec;
-  spec.widths = config.model.widths;
-  spec.blocks = config.model.blocks;
-  spec.dropout = config.model.dropout;
   torch::manual_seed(init_seed);
-  return std::make_unique<Trainer>(config, models::create_model(spec), loaders.train, loaders.test,
+  return std::make_unique<Trainer>(config, models::create_model(config.model, {}), loaders.train, loaders.test,
                                    torch::kCPU);
 }
 
@@ -241,10 +238,7 @@ TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
 }
 
 TEST(Optimizer, NoWeightDecayOnNormsAndBiases) {
-  models::ModelSpec spec;
-  spec.widths = {4};
-  spec.blocks = {1};
-  torch::nn::AnyModule model = models::create_model(spec);
+  torch::nn::AnyModule model = models::create_model(models::compact_resnet({4}, {1}), {});
   auto sgd = make_optimizer(OptimizerOptions(), *model.ptr());
   ASSERT_EQ(sgd->param_groups().size(), 2u);
   for (const auto& p : sgd->param_groups()[0].params()) EXPECT_GT(p.dim(), 1);
@@ -401,7 +395,7 @@ TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
 
   const torch::Device cpu(torch::kCPU);
   Config c = request.config;
-  Trainer resumed(c, models::create_model(models::ModelSpec{"compact_resnet", c.model.widths, c.model.blocks, c.model.dropout, 1, 10}),
+  Trainer resumed(c, models::create_model(c.model, {1, 10}),
                   make_loader(c, cpu, "train"), make_loader(c, cpu, "test"), cpu);
   EXPECT_EQ(resumed.scaler().scale_value(), 1024.0);
   resumed.load_checkpoint(out.run_dir / "checkpoints" / "last.pt");
@@ -436,7 +430,7 @@ TEST(SizingChecks, NameEachSizeAndTheNearestBetterValue) {
 TEST_F(TrainerTest, StrictSizesTurnsFindingsIntoAnError) {
   TrainRequest request;
   request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
-  request.config.model.widths = {12, 16};
+  request.config.model.as<models::CompactResNetOptions>().widths = {12, 16};
   request.config.data.batch_size = 30;
   request.config.train.strict_sizes = true;
   const std::string message = stoker::testing::error_of([&] { run_training(request); });

@@ -1,0 +1,192 @@
+// The handlers of the `trainer` program's subcommands (see trainer_commands.h).
+#include "apps/trainer_commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include "trainer/callbacks.h"
+#include "trainer/config.h"
+#include "trainer/evaluate.h"
+#include "trainer/logging.h"
+#include "trainer/run.h"
+
+namespace stoker::apps {
+namespace {
+
+// The recipe with the --set overrides applied; with --print-config, prints it and returns nothing.
+std::optional<stoker::Config> load_or_print(const Args& args) {
+  stoker::Config config = stoker::load_config(args.config, args.overrides);
+  if (!args.print_config) return config;
+  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
+  return std::nullopt;
+}
+
+void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) {
+  auto& log = stoker::logger();
+  const auto& state = out.state;
+  log.info("---- summary ----");
+  log.info("run directory:   {}", out.run_dir.string());
+  log.info("epochs done:     {} of {} ({} optimizer steps)", state.epoch, config.train.epochs, state.step);
+  if (out.final_test.samples > 0) {
+    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples)",
+             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss,
+             out.final_test.samples);
+  }
+  if (out.final_ema_test.samples > 0) {
+    log.info("final EMA test:  top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f}", 100.0 * out.final_ema_test.top1,
+             100.0 * out.final_ema_test.top5, out.final_ema_test.loss);
+  }
+  if (out.fit.stopped_early) log.info("stopped early:   train.early_stopping (see the log above)");
+  if (state.best_epoch >= 0) {
+    log.info("best {}:  {:.4f} at epoch {} (checkpoints/best.pt)", config.checkpoint.best_metric,
+             state.best_metric, state.best_epoch + 1);
+  }
+  log.info("training time:   {} in this invocation", stoker::format_duration(out.fit.seconds));
+}
+
+std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
+
+}  // namespace
+
+int train(const Args& args) {
+  std::optional<stoker::Config> config = load_or_print(args);
+  if (!config) return 0;
+  stoker::TrainRequest request;
+  request.config = *config;
+  if (!args.resume.empty()) request.resume = args.resume;
+  request.live_progress = args.progress == "bar" || (args.progress == "auto" && ::isatty(STDOUT_FILENO));
+  stoker::install_stop_signal_handlers();
+
+  auto& log = stoker::logger();
+  log.info("stoker trainer: {}{}", args.config,
+           args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
+  const stoker::TrainOutcome out = stoker::run_training(request);
+  log_summary(*config, out);
+  if (out.fit.interrupted) {
+    log.warn("stopped early; continue with: trainer --config {} --resume {}", args.config,
+             out.run_dir.string());
+    return 130;
+  }
+  return 0;
+}
+
+int bench_data(const Args& args) {
+  const std::optional<stoker::Config> loaded = load_or_print(args);
+  if (!loaded) return 0;
+  const stoker::Config& config = *loaded;
+  const torch::Device device = stoker::resolve_device(config.run.device);
+  stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
+  const std::shared_ptr<stoker::data::Loader> built =
+      stoker::make_loader(config, device, args.split, args.output == "uint8");
+  stoker::data::Loader& loader = *built;
+  auto& log = stoker::logger();
+  log.info("bench-data: {} ({} split: {}, {} output {}x{}x{}, batch {}, {} worker(s), device {})",
+           args.config, args.split, config.data.dataset.type(), args.output, loader.out_height(), loader.out_width(), loader.channels(),
+           loader.options().batch_size, config.data.workers, device.str());
+  const stoker::data::DataBenchResult r = stoker::data::bench_loader(loader, args.batches);
+  const double n = static_cast<double>(std::max<int64_t>(1, r.samples));
+  const double cores = r.seconds > 0 ? r.cpu_seconds / r.seconds : 0;
+  std::printf("samples/s          %10.1f   (%lld batches, %lld samples in %.2f s)\n", r.samples_per_s,
+              (long long)r.batches, (long long)r.samples, r.seconds);
+  std::printf("CPU in use         %10.2f   cores (user + system time / wall time)\n", cores);
+  std::printf("samples/s per core %10.1f\n", cores > 0 ? r.samples_per_s / cores : 0.0);
+  std::printf("stage              us/sample (CPU time, summed over workers)\n");
+  std::printf("  read             %10.1f\n", 1e6 * r.stages.read / n);
+  std::printf("  decode           %10.1f\n", 1e6 * r.stages.decode / n);
+  std::printf("  transform        %10.1f   (crop/resize/flip, written into the batch slot)\n", 1e6 * r.stages.transform / n);
+  std::printf("  copy + convert   %10.1f   (to the device, uint8 -> normalised float; caller)\n", 1e6 * r.stages.copy / n);
+  std::printf("  wait             %10.1f   (caller blocked waiting for workers)\n", 1e6 * r.stages.wait / n);
+  if (r.stages.bad_samples > 0) std::printf("bad samples skipped: %lld\n", (long long)r.stages.bad_samples);
+  std::printf("%s\n", stoker::JsonLine()
+                          .add("samples_per_s", r.samples_per_s)
+                          .add("cpu_cores", cores)
+                          .add("samples_per_s_per_core", cores > 0 ? r.samples_per_s / cores : 0.0)
+                          .add("read_us", 1e6 * r.stages.read / n)
+                          .add("decode_us", 1e6 * r.stages.decode / n)
+                          .add("transform_us", 1e6 * r.stages.transform / n)
+                          .add("copy_us", 1e6 * r.stages.copy / n)
+                          .add("wait_us", 1e6 * r.stages.wait / n)
+                          .add("workers", config.data.workers)
+                          .add("batch_size", loader.options().batch_size)
+                          .str()
+                          .c_str());
+  return 0;
+}
+
+int bench_step(const Args& args) {
+  const std::optional<stoker::Config> loaded = load_or_print(args);
+  if (!loaded) return 0;
+  const stoker::Config& config = *loaded;
+  auto& log = stoker::logger();
+  log.info("bench-step: {} (model {}, precision {}, channels_last {}, cuda_graph {}, batch {})", args.config,
+           config.model.type(), config.train.precision, config.train.channels_last, config.train.cuda_graph,
+           config.data.batch_size);
+  const stoker::StepBenchResult r = stoker::bench_train_step(config, args.steps);
+  std::printf("ms/step   %10.3f   (%lld steps in %.2f s on %s%s)\n", r.ms_per_step, (long long)r.steps,
+              r.seconds, r.device.c_str(), r.graph ? ", CUDA graph replays" : "");
+  std::printf("samples/s %10.1f\n", r.samples_per_s);
+  std::printf("%s\n", stoker::JsonLine()
+                          .add("model", config.model.type())
+                          .add("precision", config.train.precision)
+                          .add("channels_last", config.train.channels_last)
+                          .add("cuda_graph", r.graph)
+                          .add("batch_size", r.batch_size)
+                          .add("ms_per_step", r.ms_per_step)
+                          .add("samples_per_s", r.samples_per_s)
+                          .add("device", r.device)
+                          .str()
+                          .c_str());
+  return 0;
+}
+
+int eval(const Args& args) {
+  const std::optional<stoker::Config> loaded = load_or_print(args);
+  if (!loaded) return 0;
+  const stoker::Config& config = *loaded;
+  const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  const stoker::CheckpointEvaluation e = stoker::evaluate_checkpoint(config, checkpoint);
+  std::printf("checkpoint %s (%lld epoch(s) done, step %lld)\n", checkpoint.c_str(), (long long)e.state.epoch,
+              (long long)e.state.step);
+  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples)\n", e.model.loss,
+              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples);
+  stoker::JsonLine json;
+  json.add("checkpoint", checkpoint.string())
+      .add("samples", e.model.samples)
+      .add("test_loss", e.model.loss)
+      .add("test_top1", e.model.top1)
+      .add("test_top5", e.model.top5);
+  if (e.ema) {
+    std::printf("EMA test   loss %.4f, top-1 %s, top-5 %s\n", e.ema->loss, percent(e.ema->top1).c_str(),
+                percent(e.ema->top5).c_str());
+    json.add("ema_test_loss", e.ema->loss).add("ema_test_top1", e.ema->top1).add("ema_test_top5", e.ema->top5);
+  }
+  std::printf("%s\n", json.str().c_str());
+  return 0;
+}
+
+int predict(const Args& args) {
+  stoker::PredictRequest request;
+  request.checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  if (!args.config.empty()) request.config_file = args.config;
+  request.overrides = args.overrides;
+  request.images.assign(args.images.begin(), args.images.end());
+  request.top_k = args.top;
+  request.use_ema = args.ema;
+  for (const stoker::ImagePrediction& p : stoker::predict_images(request)) {
+    std::vector<std::string> classes;
+    for (size_t i = 0; i < p.classes.size(); ++i) {
+      classes.push_back(fmt::format("{} ({:.4f})", p.classes[i], p.probabilities[i]));
+    }
+    std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
+  }
+  return 0;
+}
+
+}  // namespace stoker::apps

@@ -1,0 +1,64 @@
+// The residual blocks (models/blocks.h).
+#include "models/blocks.h"
+
+#include <torch/torch.h>
+
+namespace stoker::models {
+namespace nn = torch::nn;
+
+namespace {
+// The projection shortcut where the block changes the shape (stride or channels), else empty.
+nn::Sequential shortcut_for(int64_t in, int64_t out, int64_t stride) {
+  if (stride == 1 && in == out) return nullptr;
+  return nn::Sequential(conv1x1(in, out, stride), nn::BatchNorm2d(out));
+}
+}  // namespace
+
+nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                               const std::string& shortcut_name) {
+  // Registration (and so default-initialisation) order: conv1, bn1, conv2, bn2, shortcut.
+  conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
+  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, 1));
+  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  if (nn::Sequential s = shortcut_for(inplanes, planes * expansion, stride)) {
+    shortcut = register_module(shortcut_name, s);
+  }
+}
+
+torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor out = torch::relu(bn1(conv1(x)));
+  out = bn2(conv2(out));
+  out += shortcut ? shortcut->forward(x) : x;
+  return torch::relu(out);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
+  conv1 = register_module("conv1", conv1x1(inplanes, planes, 1));
+  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, stride));
+  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  conv3 = register_module("conv3", conv1x1(planes, planes * expansion, 1));
+  bn3 = register_module("bn3", nn::BatchNorm2d(planes * expansion));
+  if (nn::Sequential s = shortcut_for(inplanes, planes * expansion, stride)) {
+    downsample = register_module("downsample", s);
+  }
+}
+
+torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  torch::Tensor out = torch::relu(bn1(conv1(x)));
+  out = torch::relu(bn2(conv2(out)));
+  out = bn3(conv3(out));
+  out += downsample ? downsample->forward(x) : x;
+  return torch::relu(out);
+}
+
+}  // namespace stoker::models

@@ -1,0 +1,60 @@
+// The residual blocks every Stoker ResNet is built from: one BasicBlock (the compact ResNet, the
+// CIFAR ResNets and torchvision's ResNet-18/34 all use it) and torchvision's Bottleneck
+// (ResNet-50/101).
+//
+// Each block builds its own shortcut, as torchvision's ResNet.make_layer decides it: the identity
+// where the input already has the output's shape, otherwise a projection (1x1 convolution with the
+// block's stride + batch-norm, the ResNet paper's "option B"). Module names are torchvision's
+// (`conv1`, `bn1`, `conv2`, `bn2`, `downsample.0`, `downsample.1`), so state dicts move between
+// Stoker and Python; a caller may name the shortcut otherwise (the compact ResNet keeps its
+// historical `shortcut`). The blocks leave initialisation to the network (init_resnet_weights in
+// models/resnet.h for the torchvision-style ones, libtorch's defaults for the compact ResNet).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+
+namespace stoker::models {
+
+// A 3x3 convolution, padding 1, no bias (torchvision's conv3x3).
+torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride);
+// A 1x1 convolution, no bias (torchvision's conv1x1).
+torch::nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride);
+
+// conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut, then relu.
+class BasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t expansion = 1;
+  // `shortcut_name` names the projection shortcut's submodule when there is one.
+  BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                 const std::string& shortcut_name = "downsample");
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential shortcut{nullptr};  // empty for the identity
+};
+TORCH_MODULE(BasicBlock);
+
+// torchvision's Bottleneck, v1.5 (the stride on the 3x3 convolution): conv1x1 - bn - relu -
+// conv3x3(stride) - bn - relu - conv1x1 (planes * 4) - bn, plus the shortcut, then relu.
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t expansion = 4;
+  BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};  // empty for the identity
+};
+TORCH_MODULE(Bottleneck);
+
+}  // namespace stoker::models

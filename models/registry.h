@@ -1,0 +1,58 @@
+// The model registry: each model type's own options and factory (ModelType), and the
+// process-wide name -> type table with Stoker's own models in it (compact_resnet,
+// cifar_resnet20/56, resnet18/34/50/101; see the README's model table).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+
+#include "common/options.h"
+#include "common/registry.h"
+
+namespace stoker::models {
+
+// The shape of the data a model is built for (from the data set, not from the model's options).
+struct ModelShape {
+  int64_t in_channels = 1;
+  int64_t num_classes = 10;
+};
+
+// Builds a model of a registered type from its own options (`model:` keys beside `type`) and the
+// data's shape; the result is type-erased so that the Trainer can hold any module with a
+// `forward(Tensor) -> Tensor`.
+using ModelFactory = std::function<torch::nn::AnyModule(const TypeOptions&, const ModelShape&)>;
+
+// A registered model type: its own options (their keys, defaults and checks) and its factory.
+struct ModelType {
+  OptionsMaker options = options_of<NoOptions>();
+  ModelFactory create;
+};
+
+// A ModelType whose factory takes its own options struct:
+//   model_registry().add("bar_net", model_type<BarNetOptions>([](const BarNetOptions& o,
+//                                                                const ModelShape& shape) {
+//     return BarNet(shape.in_channels, o.filters, shape.num_classes);
+//   }));
+template <typename Options, typename Build>
+ModelType model_type(Build build) {
+  return {options_of<Options>(), [build](const TypeOptions& options, const ModelShape& shape) {
+            return torch::nn::AnyModule(build(dynamic_cast<const Options&>(options), shape));
+          }};
+}
+
+// The process-wide model registry, with Stoker's own models already in it. Applications add theirs
+// with `model_registry().add("my_net", model_type<MyOptions>(build))` and then select them with
+// `model.type: my_net` (and set their keys beside it).
+Registry<ModelType>& model_registry();
+
+// The default options of a registered model type (what `model: {type: T}` reads as).
+TypedOptions model_options(const std::string& type);
+
+// Builds the model `model` describes (a registered type and its options) for data of `shape`.
+torch::nn::AnyModule create_model(const TypedOptions& model, const ModelShape& shape);
+
+}  // namespace stoker::models
