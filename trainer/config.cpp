@@ -33,6 +33,21 @@ const std::vector<std::string>& epoch_metrics() {
   return kNames;
 }
 
+// An enum read and written as one of its names.
+template <typename V, typename E>
+void choice(V& v, const char* key, E& value, const std::vector<std::pair<std::string, E>>& names) {
+  std::vector<std::string> all;
+  std::string text;
+  for (const auto& [name, e] : names) {
+    all.push_back(name);
+    if (e == value) text = name;
+  }
+  v.field(key, text, one_of(all));
+  for (const auto& [name, e] : names) {
+    if (name == text) value = e;
+  }
+}
+
 // ---- the mapping, in one place ------------------------------------------------------------------
 // One function per section; `v` is the YAML reader or writer (trainer/yaml_options.h).
 
@@ -60,7 +75,7 @@ void visit_data(Config& c, V& v) {
   v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
   v.field("device_prefetch", c.data.device_prefetch, at_least(1));
   v.field("pin_memory", c.data.pin_memory);
-  v.field("on_bad_sample", c.data.on_bad_sample, one_of({"skip", "error"}));
+  choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
   v.typed_list("train_transforms", c.data.train_transforms, transforms);
   v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
   v.field("mean", c.data.mean, items(any_number(), 1));

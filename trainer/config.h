@@ -12,6 +12,7 @@
 
 #include "common/options.h"
 #include "data/dataset.h"
+#include "data/settings.h"
 #include "models/registry.h"
 
 namespace stoker {
@@ -24,31 +25,8 @@ struct RunOptions {
   int64_t threads = 0;          // libtorch intra-op threads; 0 = one per core
 };
 
-struct DataOptions {
-  // data.type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and that type's
-  // own keys, under data.<type> (data.synthetic.height, ...).
-  TypedOptions dataset = data::dataset_type_options("idx");
-  std::string root = "/usr/share/datasets/fashion-mnist";
-  int64_t num_classes = 10;
-  int64_t batch_size = 128;
-  int64_t eval_batch_size = 1000;
-  bool shuffle = true;
-  bool drop_last = true;
-  int64_t workers = 0;          // loader threads; 0 = build batches on the training thread
-  int64_t prefetch_factor = 2;  // batches in flight per worker
-  int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
-  bool pin_memory = true;       // pinned batch buffers when training on CUDA
-  std::string on_bad_sample = "skip";  // skip (warn, replace, count) | error
-  // Each a registered transform type with its own keys (data/transform_options.h).
-  std::vector<TypedOptions> train_transforms;
-  std::vector<TypedOptions> eval_transforms;
-  std::vector<double> mean{0.0};  // per channel, on the 0..1 scale; applied on the device
-  std::vector<double> std{1.0};
-  int64_t train_limit = 0;  // use only the first N training samples (0 = all)
-  int64_t test_limit = 0;   // use only the first N test samples (0 = all)
-  int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
-  int64_t shard_count = 1;
-};
+// The data: section is the data layer's own settings struct (data/settings.h).
+using DataOptions = data::DataSettings;
 
 struct OptimizerOptions {
   std::string type = "sgd";  // sgd | adamw

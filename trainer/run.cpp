@@ -49,14 +49,7 @@ void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
 
 std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
   const DataOptions& d = config.data;
-  data::DatasetOptions o;
-  o.type = d.dataset.type();
-  o.own = d.dataset;
-  o.root = d.root;
-  o.split = split;
-  o.num_classes = d.num_classes;
-  o.limit = split == "train" ? d.train_limit : d.test_limit;
-  o.seed = config.run.seed;
+  const data::DatasetOptions o = data::dataset_options(d, split, config.run.seed);
   std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
   STOKER_CHECK(dataset->num_classes() == d.num_classes,
                "the {} data has {} classes but data.num_classes is {}; make them agree", split,
@@ -66,33 +59,19 @@ std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::str
 
 std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
                                           torch::Device device, const std::string& split, bool output_uint8) {
-  const DataOptions& d = config.data;
-  const bool train = split == "train";
-  data::LoaderOptions l;
-  l.batch_size = train ? d.batch_size : d.eval_batch_size;
-  l.shuffle = train && d.shuffle;
-  l.drop_last = train && d.drop_last;
-  l.seed = config.run.seed;
-  l.workers = d.workers;
-  l.prefetch_factor = d.prefetch_factor;
-  l.device_prefetch = d.device_prefetch;
-  l.pin_memory = d.pin_memory;
-  l.shard_rank = d.shard_rank;
-  l.shard_count = d.shard_count;
-  l.skip_bad_samples = d.on_bad_sample == "skip";
-  l.transforms = train ? d.train_transforms : d.eval_transforms;
-  l.mean = d.mean;
-  l.std = d.std;
-  l.channels_last = config.train.channels_last;
+  data::LoaderContext context;
+  context.seed = config.run.seed;
+  context.device = device;
+  context.channels_last = config.train.channels_last;
   // Mixed and bf16-true precision get their inputs in the compute dtype straight from the loader
   // (half the bytes; autocast would round them to it anyway at the first layer).
   const Precision precision = parse_precision(config.train.precision);
   if (is_mixed(precision) || precision == Precision::kBf16True) {
-    l.input_dtype = is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision);
+    context.input_dtype = is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision);
   }
-  l.device = device;
-  l.output_uint8 = output_uint8;
-  l.warn = [](const std::string& message) { logger().warn("{}", message); };
+  context.output_uint8 = output_uint8;
+  context.warn = [](const std::string& message) { logger().warn("{}", message); };
+  const data::LoaderOptions l = data::loader_options(config.data, split, context);
   return std::make_shared<data::Loader>(std::move(dataset), l);
 }
 

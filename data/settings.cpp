@@ -1,0 +1,42 @@
+#include "data/settings.h"
+
+namespace stoker::data {
+
+DatasetOptions dataset_options(const DataSettings& s, const std::string& split, uint64_t seed) {
+  DatasetOptions o;
+  o.type = s.dataset.type();
+  o.own = s.dataset;
+  o.root = s.root;
+  o.split = split;
+  o.num_classes = s.num_classes;
+  o.limit = split == "train" ? s.train_limit : s.test_limit;
+  o.seed = seed;
+  return o;
+}
+
+LoaderOptions loader_options(const DataSettings& s, const std::string& split, const LoaderContext& context) {
+  const bool train = split == "train";
+  LoaderOptions l;
+  l.batch_size = train ? s.batch_size : s.eval_batch_size;
+  l.shuffle = train && s.shuffle;
+  l.drop_last = train && s.drop_last;
+  l.workers = s.workers;
+  l.prefetch_factor = s.prefetch_factor;
+  l.device_prefetch = s.device_prefetch;
+  l.pin_memory = s.pin_memory;
+  l.shard_rank = s.shard_rank;
+  l.shard_count = s.shard_count;
+  l.skip_bad_samples = s.on_bad_sample == BadSamples::kSkip;
+  l.transforms = train ? s.train_transforms : s.eval_transforms;
+  l.mean = s.mean;
+  l.std = s.std;
+  l.seed = context.seed;
+  l.device = context.device;
+  l.input_dtype = context.input_dtype;
+  l.channels_last = context.channels_last;
+  l.output_uint8 = context.output_uint8;
+  l.warn = context.warn;
+  return l;
+}
+
+}  // namespace stoker::data

@@ -1,0 +1,69 @@
+// The `data:` section of a recipe as the data layer's own struct: what a user sets for the data set
+// and its two loaders (training and evaluation). The config layer maps YAML keys onto these fields
+// (trainer/config.cpp) and adds the key path and line to errors; the data layer derives the full
+// DatasetOptions and LoaderOptions of a split from them here, adding what the run decides (seed,
+// device, input dtype, layout) — user settings kept apart from derived ones, as libtorch keeps
+// DataLoaderOptions apart from FullDataLoaderOptions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "common/options.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+
+namespace stoker::data {
+
+// What to do with a sample that cannot be read or decoded.
+enum class BadSamples {
+  kSkip,  // warn, count, and use the next readable sample in its place
+  kError  // stop with an error naming the sample
+};
+
+struct DataSettings {
+  // The data set type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and its
+  // own keys (data.<type>: ...).
+  TypedOptions dataset = dataset_type_options("idx");
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  int64_t num_classes = 10;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  bool shuffle = true;
+  bool drop_last = true;
+  int64_t workers = 0;          // loader threads; 0 = build batches on the training thread
+  int64_t prefetch_factor = 2;  // batches in flight per worker
+  int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
+  bool pin_memory = true;       // pinned batch buffers when training on CUDA
+  BadSamples on_bad_sample = BadSamples::kSkip;
+  // Registered transform types with their own keys (data/transform_options.h).
+  std::vector<TypedOptions> train_transforms;
+  std::vector<TypedOptions> eval_transforms;
+  std::vector<double> mean{0.0};  // per channel, on the 0..1 scale; applied on the device
+  std::vector<double> std{1.0};
+  int64_t train_limit = 0;  // use only the first N training samples (0 = all)
+  int64_t test_limit = 0;   // use only the first N test samples (0 = all)
+  int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
+  int64_t shard_count = 1;
+};
+
+// What the run adds to the settings for a loader: derived, never set in the data: section.
+struct LoaderContext {
+  uint64_t seed = 0;
+  torch::Device device = torch::kCPU;
+  torch::ScalarType input_dtype = torch::kFloat32;  // the compute dtype of mixed precision
+  bool channels_last = false;
+  bool output_uint8 = false;  // hand out uint8 batches as built (benchmarks)
+  std::function<void(const std::string&)> warn;
+};
+
+// The options of the `split` ("train" or "test") data set the settings describe.
+DatasetOptions dataset_options(const DataSettings& settings, const std::string& split, uint64_t seed);
+// The options of the `split` loader: batch size, order and transforms of that split.
+LoaderOptions loader_options(const DataSettings& settings, const std::string& split, const LoaderContext& context);
+
+}  // namespace stoker::data
