@@ -18,7 +18,6 @@
 #include "data/dataset.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
-#include "trainer/schedule.h"
 #include "trainer/yaml_options.h"
 
 namespace stoker {
@@ -314,6 +313,16 @@ int64_t accumulate_steps_of(const Config& c) {
     return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * c.data.shard_count));
   }
   return c.train.accumulate_steps;
+}
+
+int64_t global_batch_size(const Config& config) {
+  return config.data.batch_size * config.data.shard_count * accumulate_steps_of(config);
+}
+
+double effective_lr(const Config& config) {
+  const int64_t reference = config.optimizer.lr_reference_batch;
+  if (reference <= 0) return config.optimizer.lr;
+  return config.optimizer.lr * static_cast<double>(global_batch_size(config)) / static_cast<double>(reference);
 }
 
 bool is_epoch_metric(const std::string& name) {

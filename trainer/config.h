@@ -14,6 +14,9 @@
 #include "data/dataset.h"
 #include "data/settings.h"
 #include "models/registry.h"
+#include "optim/grad_scaler.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
 
 namespace stoker {
 
@@ -28,32 +31,7 @@ struct RunOptions {
 // The data: section is the data layer's own settings struct (data/settings.h).
 using DataOptions = data::DataSettings;
 
-struct OptimizerOptions {
-  std::string type = "sgd";  // sgd | adamw
-  double lr = 0.1;
-  double momentum = 0.9;     // sgd
-  bool nesterov = true;      // sgd
-  std::vector<double> betas{0.9, 0.999};  // adamw
-  double eps = 1e-8;                      // adamw
-  double weight_decay = 5e-4;
-  bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
-  // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
-  std::string implementation = "auto";
-  // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
-  // batch being data.batch_size * data.shard_count; 0 = use lr as it is (see schedule.h).
-  int64_t lr_reference_batch = 0;
-};
 
-struct ScheduleOptions {
-  std::string type = "cosine";  // constant | cosine | step | one_cycle (see trainer/schedule.h)
-  double warmup_epochs = 0.0;   // linear warm-up before constant, cosine and step
-  double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
-  std::vector<int64_t> milestones;  // step: the epochs at which the lr is multiplied by gamma
-  double gamma = 0.1;               // step
-  double pct_start = 0.3;           // one_cycle: share of the steps spent rising to lr
-  double div_factor = 25.0;         // one_cycle: starts at lr / div_factor
-  double final_div_factor = 1e4;    // one_cycle: ends at lr / div_factor / final_div_factor
-};
 
 // Stops training once `metric` has not improved by more than min_delta for `patience` epochs.
 struct EarlyStoppingOptions {
@@ -62,13 +40,6 @@ struct EarlyStoppingOptions {
   double min_delta = 0.0;            // smaller improvements do not count
 };
 
-// The dynamic loss scaler of fp16-mixed (see trainer/grad_scaler.h).
-struct LossScaleOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-};
 
 struct TrainOptions {
   int64_t epochs = 10;
@@ -114,6 +85,12 @@ struct Config {
 // Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size
 // (which must be a multiple of data.batch_size * data.shard_count).
 int64_t accumulate_steps_of(const Config& config);
+// Samples per optimizer step over all processes: data.batch_size * data.shard_count * the batches
+// accumulated into each step (train.accumulate_steps or train.effective_batch_size).
+int64_t global_batch_size(const Config& config);
+// optimizer.lr, scaled by global_batch_size / optimizer.lr_reference_batch when that is set (the
+// linear scaling rule of Goyal et al., 2017); optimizer.lr itself when it is 0.
+double effective_lr(const Config& config);
 // The epoch metrics that checkpoint.best_metric and train.early_stopping.metric can name:
 // test_top1, test_top5, test_loss and, with train.ema_decay > 0, ema_test_top1, ema_test_top5,
 // ema_test_loss.

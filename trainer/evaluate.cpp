@@ -11,7 +11,7 @@
 #include "data/normalize.h"
 #include "data/pipeline.h"
 #include "data/transform_options.h"
-#include "trainer/ema.h"
+#include "optim/ema.h"
 #include "trainer/run.h"
 
 namespace stoker {

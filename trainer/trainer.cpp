@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
-#include "trainer/optim.h"
+#include "optim/optim.h"
 #include "trainer/sizing.h"
 
 #ifdef STOKER_WITH_CUDA

@@ -26,11 +26,11 @@
 #include "data/loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
-#include "trainer/grad_scaler.h"
-#include "trainer/optim.h"
+#include "optim/grad_scaler.h"
+#include "optim/optim.h"
 #include "trainer/precision.h"
-#include "trainer/ema.h"
-#include "trainer/schedule.h"
+#include "optim/ema.h"
+#include "optim/schedule.h"
 
 namespace stoker {
 

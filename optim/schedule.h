@@ -20,9 +20,22 @@
 #include <functional>
 
 #include "common/registry.h"
-#include "trainer/config.h"
+#include <string>
+#include <vector>
 
 namespace stoker {
+
+struct ScheduleOptions {
+  std::string type = "cosine";  // constant | cosine | step | one_cycle (see trainer/schedule.h)
+  double warmup_epochs = 0.0;   // linear warm-up before constant, cosine and step
+  double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
+  std::vector<int64_t> milestones;  // step: the epochs at which the lr is multiplied by gamma
+  double gamma = 0.1;               // step
+  double pct_start = 0.3;           // one_cycle: share of the steps spent rising to lr
+  double div_factor = 25.0;         // one_cycle: starts at lr / div_factor
+  double final_div_factor = 1e4;    // one_cycle: ends at lr / div_factor / final_div_factor
+};
+
 
 // The steps a schedule spans, in optimizer steps.
 struct ScheduleSpan {
@@ -46,12 +59,5 @@ Registry<ScheduleType>& schedule_registry();
 double scheduled_lr(const ScheduleOptions& schedule, double base_lr, int64_t step,
                     int64_t steps_per_epoch, int64_t epochs);
 
-// Samples per optimizer step over all processes: data.batch_size * data.shard_count * the batches
-// accumulated into each step (train.accumulate_steps or train.effective_batch_size).
-int64_t global_batch_size(const Config& config);
-
-// optimizer.lr, scaled by global_batch_size / optimizer.lr_reference_batch when that is set (the
-// linear scaling rule of Goyal et al., 2017); optimizer.lr itself when it is 0.
-double effective_lr(const Config& config);
 
 }  // namespace stoker

@@ -1,4 +1,4 @@
-#include "trainer/grad_scaler.h"
+#include "optim/grad_scaler.h"
 
 #include <map>
 #include <tuple>
@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "trainer/optim.h"
+#include "optim/optim.h"
 
 namespace stoker {
 

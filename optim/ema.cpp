@@ -1,5 +1,5 @@
 // The exponential moving average of a model's weights (see ema.h).
-#include "trainer/ema.h"
+#include "optim/ema.h"
 
 #include <cmath>
 #include <map>

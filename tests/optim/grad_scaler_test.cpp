@@ -1,6 +1,6 @@
 // The dynamic loss scaler (growth, back-off, skipped steps, unscale before clipping, state) and the
 // autocast guard of trainer/precision.h.
-#include "trainer/grad_scaler.h"
+#include "optim/grad_scaler.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "trainer/optim.h"
+#include "optim/optim.h"
 #include "trainer/precision.h"
 
 namespace stoker {

@@ -1,6 +1,6 @@
 // The EMA of the weights: its update against a hand computation, timm's warm-up decay, swapping it
 // into a model, and its round trip through a checkpoint.
-#include "trainer/ema.h"
+#include "optim/ema.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -38,6 +38,15 @@
 
 namespace stoker {
 
+// The dynamic loss scaler of fp16-mixed (train.loss_scale).
+struct LossScaleOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16, as PyTorch
   double growth_factor = 2.0;   // S *= this after growth_interval clean steps

@@ -1,4 +1,4 @@
-#include "trainer/optim.h"
+#include "optim/optim.h"
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // Stoker's optimizers (fused, foreach, reference) against PyTorch's own SGD and AdamW, run live in
 // the libtorch venv's Python (tests/trainer/optim_golden.py), and gradient clipping.
-#include "trainer/optim.h"
+#include "optim/optim.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -23,9 +23,25 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
-#include "trainer/config.h"
 
 namespace stoker {
+
+struct OptimizerOptions {
+  std::string type = "sgd";  // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;     // sgd
+  bool nesterov = true;      // sgd
+  std::vector<double> betas{0.9, 0.999};  // adamw
+  double eps = 1e-8;                      // adamw
+  double weight_decay = 5e-4;
+  bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
+  // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
+  std::string implementation = "auto";
+  // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
+  // batch being the samples per optimizer step over all processes; 0 = use lr as it is (see trainer/config.h).
+  int64_t lr_reference_batch = 0;
+};
+
 
 enum class OptimizerImpl { kFused, kForeach, kReference };
 

@@ -1,5 +1,5 @@
 // Learning-rate schedules (see schedule.h).
-#include "trainer/schedule.h"
+#include "optim/schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,14 +77,5 @@ double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step, int6
   return type.lr(s, base_lr, step, span);
 }
 
-int64_t global_batch_size(const Config& config) {
-  return config.data.batch_size * config.data.shard_count * accumulate_steps_of(config);
-}
-
-double effective_lr(const Config& config) {
-  const int64_t reference = config.optimizer.lr_reference_batch;
-  if (reference <= 0) return config.optimizer.lr;
-  return config.optimizer.lr * static_cast<double>(global_batch_size(config)) / static_cast<double>(reference);
-}
 
 }  // namespace stoker

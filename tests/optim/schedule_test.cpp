@@ -1,6 +1,6 @@
 // Learning-rate schedules: the curves' shapes, and every curve against PyTorch's own schedulers
 // (tests/trainer/schedule_golden.py, run with the libtorch venv's Python).
-#include "trainer/schedule.h"
+#include "optim/schedule.h"
 
 
 #include <gtest/gtest.h>
