@@ -59,6 +59,8 @@ class AmpStepOptimizer {
                         const std::optional<torch::Tensor>& found_inf) = 0;
   // Sets the learning rate of every parameter group (on the device too, for the fused kernels).
   virtual void set_lr(double lr) = 0;
+  // Whether a step can be captured in a CUDA graph (the fused kernels: no host synchronisation).
+  virtual bool capturable() const = 0;
 };
 
 class SGD : public torch::optim::SGD, public AmpStepOptimizer {
@@ -69,6 +71,7 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
   void step_amp(const std::optional<torch::Tensor>& grad_scale,
                 const std::optional<torch::Tensor>& found_inf) override;
   void set_lr(double lr) override;
+  bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
 
  private:
   OptimizerImpl impl_;
@@ -83,6 +86,7 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   void step_amp(const std::optional<torch::Tensor>& grad_scale,
                 const std::optional<torch::Tensor>& found_inf) override;
   void set_lr(double lr) override;
+  bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
   // The step counts live in a device tensor while training; these keep the checkpointed
   // AdamWParamState::step in agreement with it.
   void save(torch::serialize::OutputArchive& archive) const override;

@@ -14,8 +14,9 @@ namespace stoker {
 
 // ---- metrics and progress ---------------------------------------------------------------------------
 
-MetricsCallback::MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress)
-    : writer_(metrics_file), live_(live_progress) {}
+MetricsCallback::MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress,
+                                 int64_t log_every_steps)
+    : writer_(metrics_file), live_(live_progress), every_(log_every_steps) {}
 
 void MetricsCallback::reset_window() {
   window_seconds_ = window_data_seconds_ = window_loss_ = 0;
@@ -23,7 +24,7 @@ void MetricsCallback::reset_window() {
 }
 
 void MetricsCallback::on_epoch_start(Trainer& trainer, int64_t) {
-  progress_ = std::make_unique<Progress>(live_, trainer.config().train.log_every_steps);
+  progress_ = std::make_unique<Progress>(live_, every_);
   reset_window();
 }
 
@@ -34,7 +35,7 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   ++window_steps_;
   mean_step_seconds_ = mean_step_seconds_ == 0 ? s.step_seconds
                                                : 0.98 * mean_step_seconds_ + 0.02 * s.step_seconds;
-  const int64_t every = trainer.config().train.log_every_steps;
+  const int64_t every = every_;
   const bool log_now = s.step % every == 0 || s.batch + 1 == s.batches;
   // Reading the loss synchronises with the device: only when it is shown or logged.
   if (!log_now && !progress_->due(s.batch + 1, s.batches)) return;
@@ -42,7 +43,7 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   window_loss_ = loss;
   ProgressUpdate u;
   u.epoch = s.epoch + 1;
-  u.epochs = trainer.config().train.epochs;
+  u.epochs = trainer.options().epochs;
   u.step = s.batch + 1;
   u.steps = s.batches;
   u.loss = loss;
@@ -104,7 +105,7 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
           : "";
   logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, top-5 {:.2f}%{}, "
                 "{} ({:.0f} samples/s, data wait {:.1f}%)",
-                r.epoch + 1, trainer.config().train.epochs, r.train_loss, r.test.loss,
+                r.epoch + 1, trainer.options().epochs, r.train_loss, r.test.loss,
                 100.0 * r.test.top1, 100.0 * r.test.top5, ema, format_duration(r.seconds),
                 r.samples_per_s, 100.0 * r.data_wait);
 }
@@ -115,7 +116,8 @@ void MetricsCallback::on_fit_end(Trainer&, const FitResult&) {
 
 // ---- checkpoints ------------------------------------------------------------------------------------
 
-CheckpointCallback::CheckpointCallback(const std::filesystem::path& folder) : folder_(folder) {
+CheckpointCallback::CheckpointCallback(const std::filesystem::path& folder, CheckpointOptions options)
+    : folder_(folder), options_(std::move(options)) {
   std::filesystem::create_directories(folder_);
 }
 
@@ -127,15 +129,15 @@ void CheckpointCallback::save(Trainer& trainer, const char* name) {
 }
 
 void CheckpointCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
-  const int64_t every = trainer.config().checkpoint.every_steps;
-  if (every > 0 && trainer.config().checkpoint.save_last && s.optimizer_step && s.step % every == 0 &&
+  const int64_t every = options_.every_steps;
+  if (every > 0 && options_.save_last && s.optimizer_step && s.step % every == 0 &&
       s.batch + 1 < s.batches) {
     save(trainer, "last.pt");
   }
 }
 
 void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
-  const auto& options = trainer.config().checkpoint;
+  const CheckpointOptions& options = options_;
   TrainState& state = trainer.state();
   const bool higher = higher_is_better(options.best_metric);
   const double value = epoch_metric(r, options.best_metric);
@@ -156,7 +158,7 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
 }
 
 void CheckpointCallback::on_fit_end(Trainer& trainer, const FitResult& result) {
-  if (result.interrupted && trainer.config().checkpoint.save_last) {
+  if (result.interrupted && options_.save_last) {
     save(trainer, "last.pt");
     logger().warn("stopped at epoch {}, batch {} (step {}); saved {}",
                   trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step,
@@ -167,7 +169,7 @@ void CheckpointCallback::on_fit_end(Trainer& trainer, const FitResult& result) {
 // ---- early stopping ---------------------------------------------------------------------------------
 
 void EarlyStoppingCallback::on_validation_end(Trainer& trainer, const EpochResult& r) {
-  const EarlyStoppingOptions& o = trainer.config().train.early_stopping;
+  const EarlyStoppingOptions& o = options_;
   if (o.patience <= 0) return;
   TrainState& state = trainer.state();
   const double value = epoch_metric(r, o.metric);
@@ -181,7 +183,7 @@ void EarlyStoppingCallback::on_validation_end(Trainer& trainer, const EpochResul
     return;
   }
   const int64_t stale = r.epoch - state.early_stop_epoch;
-  if (stale < o.patience || r.epoch + 1 >= trainer.config().train.epochs) return;
+  if (stale < o.patience || r.epoch + 1 >= trainer.options().epochs) return;
   reason_ = fmt::format("early stopping after epoch {}: {} has not improved by more than {:g} for {} "
                         "epoch(s) (best {:.4f} at epoch {}; train.early_stopping.patience is {})",
                         r.epoch + 1, o.metric, o.min_delta, stale, best, state.early_stop_epoch + 1,

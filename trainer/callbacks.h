@@ -7,6 +7,7 @@
 #include <string>
 
 #include "trainer/logging.h"
+#include "trainer/config.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
@@ -15,7 +16,7 @@ namespace stoker {
 // the progress display, and logs each epoch's summary.
 class MetricsCallback : public Callback {
  public:
-  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress);
+  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress, int64_t log_every_steps);
   void on_epoch_start(Trainer& trainer, int64_t epoch) override;
   void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
@@ -27,6 +28,7 @@ class MetricsCallback : public Callback {
   MetricsWriter writer_;
   std::unique_ptr<Progress> progress_;
   bool live_;
+  int64_t every_;
   // The window since the last logged step.
   double window_seconds_ = 0, window_data_seconds_ = 0, window_loss_ = 0;
   int64_t window_samples_ = 0, window_steps_ = 0;
@@ -37,7 +39,7 @@ class MetricsCallback : public Callback {
 // a run is interrupted), and `checkpoints/best.pt` whenever checkpoint.best_metric improves.
 class CheckpointCallback : public Callback {
  public:
-  explicit CheckpointCallback(const std::filesystem::path& folder);
+  CheckpointCallback(const std::filesystem::path& folder, CheckpointOptions options);
   void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
   void on_fit_end(Trainer& trainer, const FitResult& result) override;
@@ -45,6 +47,7 @@ class CheckpointCallback : public Callback {
  private:
   void save(Trainer& trainer, const char* name);
   std::filesystem::path folder_;
+  CheckpointOptions options_;
 };
 
 // train.early_stopping: ends the run (as finished, not interrupted: last.pt is saved as after any
@@ -52,12 +55,14 @@ class CheckpointCallback : public Callback {
 // why. The best value and its epoch live in TrainState, so a resumed run keeps counting.
 class EarlyStoppingCallback : public Callback {
  public:
+  explicit EarlyStoppingCallback(EarlyStoppingOptions options) : options_(std::move(options)) {}
   // Decides here, before the epoch's checkpoint is written, so that the checkpoint holds the count.
   void on_validation_end(Trainer& trainer, const EpochResult& result) override;
   // Says why after the epoch's summary line.
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
 
  private:
+  EarlyStoppingOptions options_;
   std::string reason_;
 };
 

@@ -12,6 +12,7 @@
 #include "data/pipeline.h"
 #include "data/transform_options.h"
 #include "optim/ema.h"
+#include "trainer/factory.h"
 #include "trainer/run.h"
 
 namespace stoker {
@@ -27,7 +28,7 @@ torch::Tensor count_topk_correct(const torch::Tensor& logits, const torch::Tenso
 }
 
 EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-                          data::Loader& loader) {
+                          data::BatchSource& loader) {
   torch::NoGradGuard no_grad;
   loader.start_epoch(0);
   torch::Tensor loss_sum, top1, top5;
@@ -77,10 +78,11 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->channels());
-  model.ptr()->to(device);
+  const Precision precision = parse_precision(config.train.precision);
+  prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(checkpoint, *model.ptr(), nullptr, device);
   model.ptr()->eval();
-  const auto forward = [&](const torch::Tensor& x) { return model.forward(x); };
+  const auto forward = [&](const torch::Tensor& x) { return forward_in_precision(model, x, device, precision); };
 
   CheckpointEvaluation out;
   out.state = content.state;
@@ -106,6 +108,46 @@ Config predict_config(const PredictRequest& r) {
   return parse_config(yaml, r.checkpoint.string() + " (its saved config)", r.overrides);
 }
 
+
+// The configured model with the checkpoint's weights, or its EMA weights swapped in for as long as
+// this lives; on the device in train.precision's parameter dtype, in eval mode.
+struct PredictModel {
+  torch::nn::AnyModule model;
+  ModelEma ema{0.0};  // only holds the saved average
+  std::optional<EmaWeightsInModel> ema_weights;
+};
+
+std::unique_ptr<PredictModel> load_model_for_predict(const Config& config, const PredictRequest& r,
+                                                     int64_t channels, torch::Device device) {
+  auto m = std::make_unique<PredictModel>();
+  m->model = make_model(config, channels);
+  prepare_model(*m->model.ptr(), device, parse_precision(config.train.precision), config.train.channels_last);
+  const CheckpointContent content = load_checkpoint(r.checkpoint, *m->model.ptr(), nullptr, device);
+  if (r.use_ema) {
+    STOKER_CHECK(!content.ema.empty(),
+                 "checkpoint {} has no EMA weights (its run had train.ema_decay: 0); leave out --ema",
+                 r.checkpoint.string());
+    m->ema.load(content.ema, content.ema_updates, *m->model.ptr(), r.checkpoint.string());
+    m->ema_weights.emplace(m->ema, *m->model.ptr());
+  }
+  m->model.ptr()->eval();
+  return m;
+}
+
+// The top k classes of a softmax over `logits` [1, C].
+ImagePrediction top_classes(const torch::Tensor& logits, int64_t k, const fs::path& image) {
+  const torch::Tensor probs = torch::softmax(logits.to(torch::kFloat32), 1)[0];
+  const auto [values, indices] = probs.topk(std::min<int64_t>(k, probs.size(0)));
+  const torch::Tensor v = values.cpu(), i = indices.cpu();
+  ImagePrediction p;
+  p.image = image;
+  for (int64_t j = 0; j < v.size(0); ++j) {
+    p.classes.push_back(i[j].item<int64_t>());
+    p.probabilities.push_back(v[j].item<double>());
+  }
+  return p;
+}
+
 }  // namespace
 
 std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
@@ -119,20 +161,8 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
                channels, channels);
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
-
-  torch::nn::AnyModule model = make_model(config, channels);
-  model.ptr()->to(device);
-  const CheckpointContent content = load_checkpoint(r.checkpoint, *model.ptr(), nullptr, device);
-  ModelEma ema(0.0);  // only holds the saved average
-  std::optional<EmaWeightsInModel> ema_weights;
-  if (r.use_ema) {
-    STOKER_CHECK(!content.ema.empty(),
-                 "checkpoint {} has no EMA weights (its run had train.ema_decay: 0); leave out --ema",
-                 r.checkpoint.string());
-    ema.load(content.ema, content.ema_updates, *model.ptr(), r.checkpoint.string());
-    ema_weights.emplace(ema, *model.ptr());
-  }
-  model.ptr()->eval();
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, channels, device);
+  const Precision precision = parse_precision(config.train.precision);
   torch::NoGradGuard no_grad;
 
   // The same per-sample pipeline and normalisation as the loader's: read -> decode (only the region
@@ -152,16 +182,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
     torch::Tensor pixels = torch::empty({1, plan.out_height, plan.out_width, channels}, torch::kUInt8);
     pipeline.transform(work, pixels.data_ptr<uint8_t>());
     const torch::Tensor input = normalize(pixels.to(device));
-    const torch::Tensor probs = torch::softmax(model.forward(input).to(torch::kFloat32), 1)[0];
-    const auto [values, indices] = probs.topk(std::min<int64_t>(r.top_k, probs.size(0)));
-    const torch::Tensor v = values.cpu(), i = indices.cpu();
-    ImagePrediction p;
-    p.image = r.images[n];
-    for (int64_t j = 0; j < v.size(0); ++j) {
-      p.classes.push_back(i[j].item<int64_t>());
-      p.probabilities.push_back(v[j].item<double>());
-    }
-    out.push_back(std::move(p));
+    out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n]));
   }
   return out;
 }

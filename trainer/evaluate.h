@@ -23,10 +23,10 @@ namespace stoker {
 // capped at C), as a device scalar (no host synchronisation).
 torch::Tensor count_topk_correct(const torch::Tensor& logits, const torch::Tensor& target, int64_t k);
 
-// Runs `forward` under NoGradGuard over one pass of `loader` (epoch 0): mean cross-entropy, top-1
+// Runs `forward` under NoGradGuard over one pass of `source` (epoch 0): mean cross-entropy, top-1
 // and top-5. Putting the model in eval mode is the caller's business.
 EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-                          data::Loader& loader);
+                          data::BatchSource& source);
 
 // The value of an epoch metric (see is_epoch_metric) in `result`; NaN when the epoch lacks it
 // (ema_* without an EMA).
@@ -41,7 +41,8 @@ struct CheckpointEvaluation {
 };
 
 // Builds the configured model, loads `checkpoint` into it and evaluates it (and its EMA weights)
-// on the config's test split.
+// on the config's test split, in train.precision as training evaluates (autocast for the mixed
+// precisions, bfloat16 weights for bf16-true).
 CheckpointEvaluation evaluate_checkpoint(const Config& config, const std::filesystem::path& checkpoint);
 
 // ---- trainer predict ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
+#include <torch/torch.h>
 
 #include "common/error.h"
 
@@ -68,6 +69,28 @@ AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(type_, prev_enabled_);
   at::autocast::set_autocast_dtype(type_, prev_dtype_);
+}
+
+torch::Tensor forward_in_precision(torch::nn::AnyModule& model, const torch::Tensor& input, c10::Device device,
+                                   Precision precision) {
+  AutocastGuard autocast(device, precision);
+  if (precision == Precision::kBf16True && input.scalar_type() != torch::kBFloat16) {
+    return model.forward(input.to(torch::kBFloat16));
+  }
+  return model.forward(input);
+}
+
+AutocastOffForCapture::AutocastOffForCapture(c10::Device device) : type_(device.type()) {
+  prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+  prev_cache_ = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_enabled(type_, false);
+  at::autocast::set_autocast_cache_enabled(false);
+  at::autocast::clear_cache();
+}
+
+AutocastOffForCapture::~AutocastOffForCapture() {
+  at::autocast::set_autocast_cache_enabled(prev_cache_);
+  at::autocast::set_autocast_enabled(type_, prev_enabled_);
 }
 
 }  // namespace stoker

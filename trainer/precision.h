@@ -17,6 +17,8 @@
 //   loss.backward();                                           // outside the guard
 #pragma once
 
+#include <torch/nn/modules/container/any.h>
+
 #include <string>
 
 #include <c10/core/Device.h>
@@ -59,6 +61,31 @@ class AutocastGuard {
   c10::DeviceType type_;
   bool prev_enabled_ = false;
   c10::ScalarType prev_dtype_ = c10::ScalarType::Float;
+};
+
+// `model` on `input` as training runs it: under autocast for the mixed precisions, on bfloat16
+// inputs for bf16-true (the model's parameters are then bfloat16 too). Evaluation and `trainer eval`
+// use it as well, so that every precision evaluates as it trains.
+torch::Tensor forward_in_precision(torch::nn::AnyModule& model, const torch::Tensor& input, c10::Device device,
+                                   Precision precision);
+
+// For capturing a CUDA graph: turns autocast off for `device`'s type, turns its weight-cast cache
+// off and clears it, and restores all three afterwards. An application that calls train_step inside
+// its own autocast region would otherwise have its region's dtype, or stale casts of the weights
+// from its cache, baked into the graph (PyTorch's make_graphed_callables guards against the same).
+// The step's own AutocastGuard still turns autocast on inside it for the mixed precisions; with the
+// cache off, every cast is recorded as an op of the graph and replays on the current weights.
+class AutocastOffForCapture {
+ public:
+  explicit AutocastOffForCapture(c10::Device device);
+  ~AutocastOffForCapture();
+  AutocastOffForCapture(const AutocastOffForCapture&) = delete;
+  AutocastOffForCapture& operator=(const AutocastOffForCapture&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool prev_enabled_ = false;
+  bool prev_cache_ = true;
 };
 
 

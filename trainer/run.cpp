@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
+#include "trainer/factory.h"
 #include "trainer/logging.h"
 
 namespace stoker {
@@ -147,13 +148,11 @@ fs::path run_dir_of(const fs::path& checkpoint) {
 
 TrainOutcome run_training(const TrainRequest& request) {
   const Config& config = request.config;
-  const torch::Device device = resolve_device(config.run.device);
-  configure_threads(config.run.threads, config.data.workers, device.is_cpu());
-  torch::manual_seed(config.run.seed);
-
   // Everything that can be checked is checked before the run directory is made.
-  Loaders loaders = make_loaders(config, device);
-  Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
+  TrainingSetup setup = make_training(config);
+  const torch::Device device = setup.device;
+  const Loaders& loaders = setup.loaders;
+  Trainer& trainer = *setup.trainer;
   std::optional<fs::path> resume_from;
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
@@ -205,13 +204,14 @@ TrainOutcome run_training(const TrainRequest& request) {
                 trainer.accumulate_steps(), config.data.batch_size,
                 trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
                 config.data.shard_count > 1 ? " across all shards" : "");
-  for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
-                                                         request.live_progress));
-  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints"));
-  if (config.train.early_stopping.patience > 0) trainer.add_callback(std::make_shared<EarlyStoppingCallback>());
+                                                         request.live_progress, config.train.log_every_steps));
+  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
+  if (config.train.early_stopping.patience > 0) {
+    trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
+  }
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
@@ -231,12 +231,10 @@ TrainOutcome run_training(const TrainRequest& request) {
 
 StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup) {
   STOKER_CHECK(steps > 0 && warmup >= 0, "bench-step needs steps > 0 and warmup >= 0");
-  const torch::Device device = resolve_device(config.run.device);
-  configure_threads(config.run.threads, 0, device.is_cpu());
-  torch::manual_seed(config.run.seed);
-  Loaders loaders = make_loaders(config, device);
-  Trainer trainer(config, make_model(config, loaders.in_channels), loaders.train, loaders.test, device);
-  for (const auto& finding : trainer.sizing_warnings()) logger().warn("size check: {}", finding);
+  TrainingSetup setup = make_training(config);
+  const torch::Device device = setup.device;
+  Trainer& trainer = *setup.trainer;
+  const Loaders& loaders = setup.loaders;
   loaders.train->start_epoch(0);
   std::optional<data::Batch> batch = loaders.train->next();
   STOKER_CHECK(batch.has_value(), "bench-step: the training data gave no batch");

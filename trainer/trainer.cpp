@@ -7,19 +7,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "optim/optim.h"
+#include "trainer/cuda_graph_step.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
-#include "optim/optim.h"
-#include "trainer/sizing.h"
-
-#ifdef STOKER_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-#endif
 
 namespace stoker {
 namespace {
@@ -29,82 +20,89 @@ double now_s() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-// Converts every 4-D parameter and buffer to channels-last in place.
-void to_channels_last(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
-  }
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(logits, target);
+}
+
+// Why the step cannot be a CUDA graph here, or nothing when it can.
+std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer) {
+  if (o.accumulate_steps != 1) return "it does not support gradient accumulation (train.accumulate_steps > 1)";
+  auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer);
+  if (amp == nullptr || !amp->capturable()) return "it needs optimizer.implementation: fused (or auto)";
+  return "";
 }
 
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
 
-Trainer::Trainer(Config config, torch::nn::AnyModule model,
-                 std::shared_ptr<data::Loader> train,
-                 std::shared_ptr<data::Loader> test, torch::Device device)
-    : config_(std::move(config)),
-      model_(std::move(model)),
+Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<data::BatchSource> train,
+                 std::shared_ptr<data::BatchSource> eval)
+    : options_(std::move(options)),
+      model_(std::move(parts.model)),
+      optimizer_(std::move(parts.optimizer)),
+      loss_(parts.loss ? std::move(parts.loss) : LossFunction(cross_entropy)),
+      scaler_(std::move(parts.scaler)),
+      schedule_(std::move(parts.schedule)),
+      ema_(std::move(parts.ema)),
       train_(std::move(train)),
-      test_(std::move(test)),
-      device_(device) {
+      eval_(std::move(eval)) {
   STOKER_CHECK(!model_.is_empty(), "Trainer needs a model");
-  STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training loader with batches");
-  STOKER_CHECK(test_ && test_->num_batches() > 0, "Trainer needs an evaluation loader with batches");
-  precision_ = parse_precision(config_.train.precision);
-  precision_summary_ = apply_global_precision(precision_);
-  accumulate_ = accumulate_steps_of(config_);
-  module().to(device_, parameter_dtype(precision_));
-  if (config_.train.channels_last) to_channels_last(module());
-
-  sizing_warnings_ = check_sizes(module(), config_.data.batch_size, train_->channels(),
-                                 config_.data.num_classes);
-  if (config_.train.strict_sizes && !sizing_warnings_.empty()) {
-    std::string all;
-    for (const auto& w : sizing_warnings_) all += "\n  " + w;
-    STOKER_FAIL("train.strict_sizes is on and {} size(s) are not tensor-core friendly:{}\nchange them, "
-                "or set train.strict_sizes: false to train anyway",
-                sizing_warnings_.size(), all);
-  }
-
-  optimizer_ = make_optimizer(config_.optimizer, module(), device_);
+  STOKER_CHECK(optimizer_ != nullptr, "Trainer needs an optimizer");
+  STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training source with batches");
+  STOKER_CHECK(eval_ && eval_->num_batches() > 0, "Trainer needs an evaluation source with batches");
+  STOKER_CHECK(options_.accumulate_steps >= 1, "accumulate_steps must be >= 1, got {}", options_.accumulate_steps);
+  precision_summary_ = apply_global_precision(options_.precision);
+  if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
     if (p.requires_grad()) params_.push_back(p);
   }
-  const LossScaleOptions& ls = config_.train.loss_scale;
-  scaler_ = std::make_unique<GradScaler>(GradScalerOptions()
-                                             .with_init_scale(ls.init_scale)
-                                             .with_growth_factor(ls.growth_factor)
-                                             .with_backoff_factor(ls.backoff_factor)
-                                             .with_growth_interval(ls.growth_interval)
-                                             .with_enabled(needs_loss_scaling(precision_)),
-                                         device_);
+  if (options_.cuda_graph) {
+    CudaGraphStep::Hooks hooks;
+    // Backward then allocates the gradients in the graph's pool, as static tensors of the graph.
+    hooks.before_capture = [this] { optimizer_->zero_grad(/*set_to_none=*/true); };
+    hooks.after_failure = [this] {
+      scaler_->abandon_step();
+      optimizer_->zero_grad(/*set_to_none=*/true);
+    };
+    graph_ = std::make_unique<CudaGraphStep>(
+        options_.device,
+        [this](const torch::Tensor& input, const torch::Tensor& target) {
+          return step_function(input, target, 1, /*update=*/true);
+        },
+        std::move(hooks));
+    const std::string obstacle = graph_obstacle(options_, *optimizer_);
+    if (!obstacle.empty()) graph_->disable(obstacle);
+  }
 }
+
+Trainer::~Trainer() = default;
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
 }
 
-double Trainer::lr_at(int64_t step) const {
-  return scheduled_lr(config_.schedule, effective_lr(config_), step, steps_per_epoch(), config_.train.epochs);
+int64_t Trainer::steps_per_epoch() const {
+  return (train_->num_batches() + options_.accumulate_steps - 1) / options_.accumulate_steps;
 }
+
+double Trainer::lr_at(int64_t step) const {
+  if (schedule_) return schedule_(step);
+  const auto& group = optimizer_->param_groups().front();
+  return group.options().get_lr();
+}
+
+bool Trainer::graph_active() const { return graph_ && graph_->active(); }
 
 // ---- the steps ------------------------------------------------------------------------------------
 
 torch::Tensor Trainer::forward(const torch::Tensor& input) {
-  AutocastGuard autocast(device_, precision_);
-  if (precision_ == Precision::kBf16True && input.scalar_type() != torch::kBFloat16) {
-    return model_.forward(input.to(torch::kBFloat16));
-  }
-  return model_.forward(input);
+  return forward_in_precision(model_, input, options_.device, options_.precision);
 }
 
 torch::Tensor Trainer::compute_loss(const torch::Tensor& logits, const torch::Tensor& target) {
-  namespace F = torch::nn::functional;
   // In float32 whatever the logits are (autocast does the same for cross_entropy).
-  return F::cross_entropy(logits.to(torch::kFloat32), target,
-                          F::CrossEntropyFuncOptions().label_smoothing(config_.train.label_smoothing));
+  return loss_(logits.to(torch::kFloat32), target);
 }
 
 void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
@@ -114,184 +112,74 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
   scaler_->scale(scaled).backward();
 }
 
-void Trainer::optimizer_step() {
-  set_learning_rate(*optimizer_, lr_at(state_.step));
-  if (config_.train.grad_clip_norm > 0) {
+void Trainer::apply_update() {
+  if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
-    clip_grad_norm(params_, config_.train.grad_clip_norm);
+    clip_grad_norm(params_, options_.grad_clip_norm);
   }
   scaler_->step(*optimizer_);
   scaler_->update();
+}
+
+torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Tensor& target, int64_t accumulate,
+                                     bool update) {
+  torch::Tensor loss = compute_loss(forward(input), target);
+  backward(loss, accumulate);
+  if (update) apply_update();
+  return loss;
+}
+
+void Trainer::finish_optimizer_step() {
+  // A replayed graph overwrites its static gradients; eager steps start from cleared ones.
   if (!graph_active()) optimizer_->zero_grad();
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
 }
 
+void Trainer::optimizer_step() {
+  set_learning_rate(*optimizer_, lr_at(state_.step));
+  apply_update();
+  finish_optimizer_step();
+}
+
 torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) {
-  torch::Tensor logits = forward(batch.input);
-  torch::Tensor loss = compute_loss(logits, batch.target);
-  backward(loss, accumulate);
-  if (++micro_batches_ >= accumulate) optimizer_step();
+  if (graph_active() && micro_batches_ == 0) {
+    // The graph's static gradients still hold the last replay's: zero them in place (they must stay
+    // the same tensors for the next replay) so that this step does not add to them.
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
+  const bool last = ++micro_batches_ >= accumulate;
+  if (last) set_learning_rate(*optimizer_, lr_at(state_.step));
+  torch::Tensor loss = step_function(batch.input, batch.target, accumulate, last);
+  if (last) finish_optimizer_step();
   return loss.detach();
 }
 
 torch::Tensor Trainer::train_step(const data::Batch& batch) {
-  // The group of `accumulate_` batches this one belongs to; the epoch's last group may be shorter.
-  const int64_t batches = train_->num_batches();
-  const int64_t group_start = batch.index / accumulate_ * accumulate_;
-  const int64_t group = std::max<int64_t>(1, std::min(accumulate_, batches - group_start));
-  if (config_.train.cuda_graph) {
-    if (std::optional<torch::Tensor> loss = graphed_step(batch)) return *loss;
+  // The group of accumulate_steps batches this one belongs to; the epoch's last group may be shorter.
+  const int64_t n = options_.accumulate_steps;
+  const int64_t group_start = batch.index / n * n;
+  const int64_t group = std::max<int64_t>(1, std::min(n, train_->num_batches() - group_start));
+  const bool full = options_.batch_size <= 0 || batch.size() == options_.batch_size;
+  if (graph_ && !graph_->disabled() && full) {
+    set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
+    if (std::optional<torch::Tensor> loss = graph_->run(batch.input, batch.target)) {
+      finish_optimizer_step();
+      return *loss;
+    }
   }
   return eager_step(batch, group);
 }
 
-// ---- the CUDA graph of a whole step -----------------------------------------------------------------
-// After `kWarmup` eager steps on a side stream (cuDNN/cuBLAS pick their algorithms and workspaces,
-// autograd and the optimizer create their state), one step (forward, loss, backward, unscale,
-// clip, optimizer, loss-scale update) is captured into a CUDA graph with static input and target
-// buffers; every later step copies the batch into those buffers (a device-to-device copy of the
-// prefetched batch, microseconds) and replays the graph: one launch instead of hundreds. The
-// learning rate lives in a device tensor that is set before each replay. Anything that cannot be
-// captured (a host synchronisation, a partial batch, accumulation) falls back to eager steps with a
-// message saying why.
-
-#ifdef STOKER_WITH_CUDA
-struct Trainer::GraphedStep {
-  static constexpr int kWarmup = 3;
-  int warmup_done = 0;
-  bool active = false;    // captured: replay from now on
-  bool disabled = false;  // fell back to eager steps for good
-  std::optional<at::cuda::CUDAStream> side;
-  std::unique_ptr<at::cuda::CUDAGraph> graph;  // made at capture time (its constructor needs CUDA)
-  torch::Tensor input, target, loss;
-};
-
-std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
-  if (!graph_) {
-    graph_ = std::make_unique<GraphedStep>();
-    std::string why;
-    if (!device_.is_cuda()) why = "it needs a CUDA device";
-    else if (accumulate_ != 1) why = "it does not support gradient accumulation (train.accumulate_steps > 1)";
-    else if (resolve_optimizer_impl(config_.optimizer.implementation, device_) != OptimizerImpl::kFused)
-      why = "it needs optimizer.implementation: fused (or auto)";
-    if (!why.empty()) {
-      logger().warn("train.cuda_graph: training eagerly because {}", why);
-      graph_->disabled = true;
-    }
-  }
-  GraphedStep& g = *graph_;
-  if (g.disabled) return std::nullopt;
-  if (batch.size() != config_.data.batch_size) {
-    // A short batch (data.drop_last: false) has another shape: run it eagerly.
-    if (g.active) {
-      logger().debug("train.cuda_graph: batch {} has {} samples; stepping it eagerly", batch.index,
-                     batch.size());
-    }
-    return std::nullopt;
-  }
-  const at::cuda::CUDAStream ambient = at::cuda::getCurrentCUDAStream(device_.index());
-  if (!g.side) g.side = at::cuda::getStreamFromPool(false, device_.index());
-  auto order = [](const at::cuda::CUDAStream& first, const at::cuda::CUDAStream& then) {
-    at::cuda::CUDAEvent event;
-    event.record(first);
-    event.block(then);
-  };
-
-  if (!g.active && g.warmup_done < GraphedStep::kWarmup) {
-    // Warm-up steps run eagerly on the side stream, where the capture will run.
-    order(ambient, *g.side);
-    torch::Tensor loss;
-    {
-      c10::cuda::CUDAStreamGuard on_side(*g.side);
-      loss = eager_step(batch, 1);
-    }
-    order(*g.side, ambient);
-    ++g.warmup_done;
-    return loss;
-  }
-
-  if (!g.active) {
-    try {
-      g.input = batch.input.clone();
-      g.target = batch.target.clone();
-      set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
-      optimizer_->zero_grad(/*set_to_none=*/true);  // backward allocates them in the graph's pool
-      c10::cuda::device_synchronize();
-      {
-        c10::cuda::CUDAStreamGuard on_side(*g.side);
-        g.graph = std::make_unique<at::cuda::CUDAGraph>();
-        g.graph->capture_begin();
-        g.loss = compute_loss(forward(g.input), g.target);
-        backward(g.loss, 1);
-        if (config_.train.grad_clip_norm > 0) {
-          scaler_->unscale(*optimizer_);
-          clip_grad_norm(params_, config_.train.grad_clip_norm);
-        }
-        scaler_->step(*optimizer_);
-        scaler_->update();
-        g.graph->capture_end();
-      }
-      c10::cuda::device_synchronize();
-      g.active = true;
-      logger().info("train.cuda_graph: captured the training step at step {}; replaying it from now on",
-                    state_.step);
-    } catch (const std::exception& e) {
-      // End a capture left open by the failure, so that the stream is usable again.
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(g.side->stream(), &status) == cudaSuccess &&
-          status != cudaStreamCaptureStatusNone) {
-        cudaGraph_t broken = nullptr;
-        cudaStreamEndCapture(g.side->stream(), &broken);
-        if (broken != nullptr) cudaGraphDestroy(broken);
-      }
-      (void)cudaGetLastError();
-      std::string why = e.what();
-      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly",
-                    why.substr(0, why.find('\n')));
-      g.disabled = true;
-      scaler_->abandon_step();
-      optimizer_->zero_grad(/*set_to_none=*/true);
-      return std::nullopt;
-    }
-    // The capture recorded the work without doing it: the replay below trains on this batch.
-  }
-
-  set_learning_rate(*optimizer_, lr_at(state_.step));
-  g.input.copy_(batch.input, /*non_blocking=*/true);
-  g.target.copy_(batch.target, /*non_blocking=*/true);
-  g.graph->replay();
-  micro_batches_ = 0;
-  ++state_.step;
-  if (ema_) ema_->update(module());
-  return g.loss.detach().clone();
-}
-#else
-struct Trainer::GraphedStep {};
-std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch&) {
-  if (!graph_) {
-    graph_ = std::make_unique<GraphedStep>();
-    logger().warn("train.cuda_graph: training eagerly because this build of Stoker has no CUDA parts");
-  }
-  return std::nullopt;
-}
-#endif
-
-bool Trainer::graph_active() const {
-#ifdef STOKER_WITH_CUDA
-  return graph_ && graph_->active;
-#else
-  return false;
-#endif
-}
-
-Trainer::~Trainer() = default;
+// ---- evaluation -----------------------------------------------------------------------------------
 
 EvalResult Trainer::evaluate() {
   module().eval();
-  const EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *test_);
-  test_->take_times();  // evaluation's data times are not the training epoch's
+  const EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
+  eval_->take_times();  // evaluation's data times are not the training epoch's
   module().train();
   return result;
 }
@@ -304,17 +192,64 @@ EvalResult Trainer::evaluate_ema() {
 
 // ---- the loop -------------------------------------------------------------------------------------
 
+// Trains on the rest of epoch `epoch` (all of it, unless resuming mid-epoch) and fills the training
+// half of `er`; sets `interrupted` when a stop was requested at an optimizer-step boundary.
+void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
+  const int64_t batches = train_->num_batches();
+  const double start = now_s();
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(options_.device));
+  int64_t loss_count = 0, samples = 0;
+  double data_seconds = 0;
+  while (true) {
+    const double t0 = now_s();
+    std::optional<data::Batch> batch = train_->next();
+    const double t1 = now_s();
+    if (!batch) break;
+    StepInfo info;
+    info.lr = lr_at(state_.step);
+    const int64_t steps_before = state_.step;
+    info.loss = train_step(*batch);
+    info.optimizer_step = state_.step != steps_before;
+    // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
+    if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;
+    loss_sum += info.loss;
+    ++loss_count;
+    samples += batch->size();
+    data_seconds += t1 - t0;
+    info.epoch = epoch;
+    info.batch = batch->index;
+    info.batches = batches;
+    info.step = state_.step;
+    info.samples = batch->size();
+    info.data_seconds = t1 - t0;
+    info.step_seconds = now_s() - t0;
+    for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
+    if (stop_requested_.load() && info.optimizer_step && state_.batch_in_epoch < batches) {
+      interrupted = true;
+      return;
+    }
+  }
+  const double seconds = now_s() - start;
+  er.epoch = epoch;
+  er.train_loss = loss_count ? loss_sum.item<double>() / static_cast<double>(loss_count) : NAN;
+  er.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+  er.data_wait = seconds > 0 ? data_seconds / seconds : 0;
+  er.stages = train_->take_times();
+  if (scaler_->enabled()) {
+    er.loss_scale = scaler_->scale_value();
+    er.skipped_steps = scaler_->skipped_steps();
+  }
+}
+
 FitResult Trainer::fit() {
   FitResult result;
   const double fit_start = now_s();
-  const int64_t batches = train_->num_batches();
-  STOKER_CHECK(state_.batch_in_epoch >= 0 && state_.batch_in_epoch <= batches,
+  STOKER_CHECK(state_.batch_in_epoch >= 0 && state_.batch_in_epoch <= train_->num_batches(),
                "cannot continue at batch {} of an epoch of {} batches; the checkpoint was made with "
                "another data.batch_size or data set",
-               state_.batch_in_epoch, batches);
+               state_.batch_in_epoch, train_->num_batches());
   for (auto& cb : callbacks_) cb->on_fit_start(*this);
-
-  while (state_.epoch < config_.train.epochs) {
+  while (state_.epoch < options_.epochs && !result.interrupted) {
     if (stop_requested_.load()) {
       result.interrupted = true;
       break;
@@ -324,55 +259,10 @@ FitResult Trainer::fit() {
     train_->start_epoch(epoch, state_.batch_in_epoch);
     module().train();
     for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
-
-    // Train on the rest of the epoch (all of it, unless resuming mid-epoch).
     const double epoch_start = now_s();
-    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
-    int64_t loss_count = 0, samples = 0;
-    double data_seconds = 0;
-    while (true) {
-      const double t0 = now_s();
-      std::optional<data::Batch> batch = train_->next();
-      const double t1 = now_s();
-      if (!batch) break;
-      StepInfo info;
-      info.lr = lr_at(state_.step);
-      const int64_t steps_before = state_.step;
-      info.loss = train_step(*batch);
-      info.optimizer_step = state_.step != steps_before;
-      // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
-      if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;
-      loss_sum += info.loss;
-      ++loss_count;
-      samples += batch->size();
-      data_seconds += t1 - t0;
-
-      info.epoch = epoch;
-      info.batch = batch->index;
-      info.batches = batches;
-      info.step = state_.step;
-      info.samples = batch->size();
-      info.data_seconds = t1 - t0;
-      info.step_seconds = now_s() - t0;
-      for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
-      if (stop_requested_.load() && info.optimizer_step && state_.batch_in_epoch < batches) {
-        result.interrupted = true;
-        break;
-      }
-    }
-    if (result.interrupted) break;
-    const double train_seconds = now_s() - epoch_start;
-
     EpochResult er;
-    er.epoch = epoch;
-    er.train_loss = loss_count ? loss_sum.item<double>() / static_cast<double>(loss_count) : NAN;
-    er.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
-    er.data_wait = train_seconds > 0 ? data_seconds / train_seconds : 0;
-    er.stages = train_->take_times();
-    if (scaler_->enabled()) {
-      er.loss_scale = scaler_->scale_value();
-      er.skipped_steps = scaler_->skipped_steps();
-    }
+    train_epoch(epoch, er, result.interrupted);
+    if (result.interrupted) break;
     er.test = evaluate();
     if (ema_) er.ema_test = evaluate_ema();
     er.seconds = now_s() - epoch_start;
@@ -381,7 +271,7 @@ FitResult Trainer::fit() {
     state_.batch_in_epoch = 0;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, er);
     result.epochs.push_back(er);
-    if (finish_requested_.load() && state_.epoch < config_.train.epochs) {
+    if (finish_requested_.load() && state_.epoch < options_.epochs) {
       result.stopped_early = true;
       break;
     }
@@ -406,7 +296,7 @@ std::vector<CheckpointPart> Trainer::checkpoint_parts() {
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
   CheckpointContent content;
   content.state = state_;
-  content.config_yaml = config_to_yaml(config_);
+  content.config_yaml = options_.config_yaml;
   if (ema_) {
     content.ema = ema_->named_tensors();
     content.ema_updates = ema_->updates();
@@ -416,7 +306,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) {
 
 void Trainer::load_checkpoint(const std::filesystem::path& path) {
   const CheckpointContent content =
-      stoker::load_checkpoint(path, module(), optimizer_.get(), device_, checkpoint_parts());
+      stoker::load_checkpoint(path, module(), optimizer_.get(), options_.device, checkpoint_parts());
   STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
                "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
                "with the data.batch_size and data set the run was started with",

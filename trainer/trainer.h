@@ -1,19 +1,25 @@
 // The Trainer: the training loop, in one place, read top to bottom in trainer.cpp.
 //
-// It is built from parts handed to it (a model, a training and an evaluation loader, the config)
-// and exposes the steps (forward, compute_loss, backward, optimizer_step), the train_step shortcut,
-// evaluate() and fit(). Logging, progress, checkpoints and interruption live in callbacks.
-// One step: forward under autocast (train.precision) -> float32 loss / accumulated batches ->
-// backward of the loss times the loss scale (fp16-mixed) -> every train.accumulate_steps batches:
-// scheduled LR -> unscale -> clip -> fused optimizer step (skipped on inf/NaN) -> scale update ->
-// EMA update; with train.cuda_graph, that whole step is captured once and replayed.
+// It is built from parts handed to it (Trainer(options, parts, train source, eval source): a model,
+// an optimizer, a loss, a loss scaler, a learning-rate schedule, an EMA of the weights) and knows
+// nothing of configs; make_trainer (trainer/factory.h) builds the parts from a Config. It exposes
+// the steps (forward, compute_loss, backward, optimizer_step), the train_step shortcut, evaluate()
+// and fit(). Logging, progress, checkpoints and interruption live in callbacks.
 //
-//   stoker::Trainer trainer(config, model, train_loader, test_loader, device);
-//   trainer.add_callback(std::make_shared<MyCallback>());
-//   stoker::FitResult result = trainer.fit();
+// One step function runs every training step (step_function in trainer.cpp): forward under
+// autocast -> float32 loss / accumulated batches -> backward of the loss times the loss scale
+// (fp16-mixed) -> every accumulate_steps batches: unscale -> clip -> fused optimizer step (skipped on
+// inf/NaN) -> scale update. Eagerly, or captured once as a CUDA graph and replayed (CudaGraphStep,
+// trainer/cuda_graph_step.h) — the same function either way.
+//
+//   auto trainer = stoker::make_trainer(config);          // or Trainer(options, parts, train, eval)
+//   trainer->add_callback(std::make_shared<MyCallback>());
+//   stoker::FitResult result = trainer->fit();
 #pragma once
 
 #include <atomic>
+#include <filesystem>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,14 +29,11 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/optim/optimizer.h>
 
-#include "data/loader.h"
-#include "trainer/checkpoint.h"
-#include "trainer/config.h"
-#include "optim/grad_scaler.h"
-#include "optim/optim.h"
-#include "trainer/precision.h"
+#include "data/batch_source.h"
 #include "optim/ema.h"
-#include "optim/schedule.h"
+#include "optim/grad_scaler.h"
+#include "trainer/checkpoint.h"
+#include "trainer/precision.h"
 
 namespace stoker {
 
@@ -79,7 +82,37 @@ struct FitResult {
   double seconds = 0;
 };
 
+// What the loop itself needs to know; everything else comes with the parts.
+struct TrainerOptions {
+  int64_t epochs = 10;
+  Precision precision = Precision::kFp32;
+  int64_t accumulate_steps = 1;  // batches per optimizer step
+  int64_t batch_size = 0;        // the nominal batch (the CUDA graph replays only batches this large)
+  double grad_clip_norm = 0.0;   // clip gradients to this global L2 norm; 0 = off
+  bool cuda_graph = false;       // capture the step as a CUDA graph (see CudaGraphStep)
+  torch::Device device = torch::kCPU;
+  // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
+  std::string config_yaml;
+};
+
+// The loss: float32 logits and targets in, a scalar out.
+using LossFunction = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& target)>;
+// The learning rate of optimizer step `step` (0-based).
+using LrSchedule = std::function<double(int64_t step)>;
+
+// What a Trainer is made of. The model must already be on options.device in the precision's
+// parameter dtype (prepare_model in trainer/factory.h), and the optimizer built over its parameters.
+struct TrainerParts {
+  torch::nn::AnyModule model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  LossFunction loss;                   // empty: cross-entropy
+  std::unique_ptr<GradScaler> scaler;  // empty: no loss scaling
+  LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
+  std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
+};
+
 class Trainer;
+class CudaGraphStep;
 
 // Hooks into the loop. Each defaults to nothing.
 class Callback {
@@ -95,8 +128,8 @@ class Callback {
 
 class Trainer {
  public:
-  Trainer(Config config, torch::nn::AnyModule model, std::shared_ptr<data::Loader> train,
-          std::shared_ptr<data::Loader> test, torch::Device device);
+  Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<data::BatchSource> train,
+          std::shared_ptr<data::BatchSource> eval);
   ~Trainer();
 
   void add_callback(std::shared_ptr<Callback> callback);
@@ -104,7 +137,7 @@ class Trainer {
   // ---- the steps ----
   // The model under autocast (mixed precision) or on bf16 inputs (bf16-true).
   torch::Tensor forward(const torch::Tensor& input);
-  // Cross-entropy (with the configured label smoothing), computed in float32.
+  // The loss part (cross-entropy by default), computed in float32.
   torch::Tensor compute_loss(const torch::Tensor& logits, const torch::Tensor& target);
   // Backpropagates `loss` divided by the number of batches accumulated into this optimizer step
   // (`accumulate` = 1: as it is), multiplied by the loss scale under fp16-mixed.
@@ -112,15 +145,15 @@ class Trainer {
   // Sets the scheduled learning rate, unscales and clips the gradients, steps the optimizer (or
   // skips the step when the loss scaler found inf/NaN), updates the loss scale, clears gradients.
   void optimizer_step();
-  // forward + loss + backward on one batch, and optimizer_step once the batch completes a group of
-  // train.accumulate_steps batches (counted from the start of the epoch, by batch.index; the last
-  // group of an epoch may be shorter). With train.cuda_graph on CUDA, the whole step is captured
-  // once and replayed. Returns the detached loss.
+  // forward + loss + backward on one batch, and the optimizer update once the batch completes a group
+  // of accumulate_steps batches (counted from the start of the epoch, by batch.index; the last group
+  // of an epoch may be shorter). With options.cuda_graph on CUDA, the step is captured once and
+  // replayed. Returns the detached loss.
   torch::Tensor train_step(const data::Batch& batch);
 
   EvalResult evaluate();
   // evaluate() with the EMA of the weights in the model (the model itself before the first
-  // optimizer step); the model's own weights are restored afterwards. Needs train.ema_decay > 0.
+  // optimizer step); the model's own weights are restored afterwards. Needs an EMA part.
   EvalResult evaluate_ema();
   // Trains from state() to the last epoch, evaluating after each epoch.
   FitResult fit();
@@ -133,62 +166,57 @@ class Trainer {
 
   // ---- checkpoints ----
   void save_checkpoint(const std::filesystem::path& path);
-  // Restores model, optimizer, RNG state and state() from a checkpoint.
+  // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint.
   void load_checkpoint(const std::filesystem::path& path);
 
   // ---- access ----
-  const Config& config() const { return config_; }
+  const TrainerOptions& options() const { return options_; }
   TrainState& state() { return state_; }
   torch::nn::Module& module() { return *model_.ptr(); }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  torch::Device device() const { return device_; }
+  torch::Device device() const { return options_.device; }
   GradScaler& scaler() { return *scaler_; }
-  Precision precision() const { return precision_; }
+  Precision precision() const { return options_.precision; }
   // What the precision settings mean here, for the log (the constructor applies them: TF32 on or
   // off process-wide, see apply_global_precision).
   const std::string& precision_summary() const { return precision_summary_; }
-  // Batches per optimizer step.
-  int64_t accumulate_steps() const { return accumulate_; }
+  int64_t accumulate_steps() const { return options_.accumulate_steps; }
   // Optimizer steps per epoch (batches / accumulate_steps, rounded up).
-  int64_t steps_per_epoch() const { return (train_->num_batches() + accumulate_ - 1) / accumulate_; }
-  // The EMA of the weights; nullptr when train.ema_decay is 0.
+  int64_t steps_per_epoch() const;
+  int64_t total_steps() const { return steps_per_epoch() * options_.epochs; }
+  // The EMA of the weights; nullptr without one.
   ModelEma* ema() { return ema_.get(); }
-  int64_t total_steps() const { return steps_per_epoch() * config_.train.epochs; }
-  // Findings of the sizing checks (trainer/sizing.h), logged as warnings by run_training.
-  const std::vector<std::string>& sizing_warnings() const { return sizing_warnings_; }
   // Whether training steps run as a replayed CUDA graph (after the warm-up steps).
   bool graph_active() const;
-  // The learning rate for optimizer step `step` (0-based) under the configured schedule.
+  // The learning rate for optimizer step `step` (0-based) under the schedule.
   double lr_at(int64_t step) const;
 
  private:
-  Config config_;
-  torch::nn::AnyModule model_;
-  std::shared_ptr<data::Loader> train_, test_;
-  torch::Device device_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<std::shared_ptr<Callback>> callbacks_;
-  TrainState state_;
-  std::atomic<bool> stop_requested_{false};
-
-  Precision precision_ = Precision::kFp32;
-  std::string precision_summary_;
-  int64_t accumulate_ = 1;
-  int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
-  std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
-  std::unique_ptr<GradScaler> scaler_;
-  std::vector<std::string> sizing_warnings_;
+  // The one step function, eager and graphed: forward, loss, backward and, when `update`, the
+  // optimizer update (unscale, clip, step, scale update). Returns the (attached) loss.
+  torch::Tensor step_function(const torch::Tensor& input, const torch::Tensor& target, int64_t accumulate,
+                              bool update);
+  void apply_update();             // unscale, clip, optimizer step, loss-scale update
+  void finish_optimizer_step();    // clear gradients (eager), count the step, update the EMA
+  torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
+  void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
   std::vector<CheckpointPart> checkpoint_parts();
 
-  // CUDA graph of the whole step (trainer/trainer.cpp: GraphedStep).
-  struct GraphedStep;
-  std::unique_ptr<GraphedStep> graph_;
-  torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
-  std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
-  // Made here, not in the constructor: its tensors are cloned from the model at the first update.
-  std::unique_ptr<ModelEma> ema_ =
-      config_.train.ema_decay > 0 ? std::make_unique<ModelEma>(config_.train.ema_decay, config_.train.ema_warmup)
-                                  : nullptr;
+  TrainerOptions options_;
+  torch::nn::AnyModule model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LossFunction loss_;
+  std::unique_ptr<GradScaler> scaler_;
+  LrSchedule schedule_;
+  std::unique_ptr<ModelEma> ema_;
+  std::shared_ptr<data::BatchSource> train_, eval_;
+  std::unique_ptr<CudaGraphStep> graph_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
+  TrainState state_;
+  std::string precision_summary_;
+  int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
+  std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finish_requested_{false};
 };
 

@@ -6,7 +6,7 @@
 // 3. Both registered by name with their own options, so that the YAML config selects them with
 //    `data.type: bars` and `model.type: bar_net` and sets their keys (`data.bars.side`,
 //    `model.filters`), checked like Stoker's own: a key bar_net does not have is an error.
-// 4. A Trainer built from the parts, with a callback that prints each epoch, trained for a few
+// 4. A Trainer built from the parts (stoker::make_trainer), with a callback that prints each epoch, trained for a few
 //    epochs. The program exits 0 only when the network has learned (test accuracy well above the
 //    50% of guessing).
 //
@@ -29,6 +29,7 @@
 #include "data/loader.h"            // stoker::data::mix_seed
 #include "models/registry.h"        // stoker::models::model_registry(), model_type, create_model
 #include "trainer/config.h"         // stoker::Config, parse_config
+#include "trainer/factory.h"        // stoker::make_trainer (the parts from the config)
 #include "trainer/run.h"            // make_loaders, resolve_device, configure_threads
 #include "trainer/trainer.h"        // stoker::Trainer, stoker::Callback
 
@@ -126,7 +127,7 @@ class PrintEpochs : public stoker::Callback {
   void on_epoch_end(stoker::Trainer& trainer, const stoker::EpochResult& r) override {
     std::printf("epoch %lld/%lld: train loss %.4f, test loss %.4f, test accuracy %.1f%% (%.0f samples/s)\n",
                 static_cast<long long>(r.epoch + 1),
-                static_cast<long long>(trainer.config().train.epochs), r.train_loss, r.test.loss,
+                static_cast<long long>(trainer.options().epochs), r.train_loss, r.test.loss,
                 100.0 * r.test.top1, r.samples_per_s);
     std::fflush(stdout);
   }
@@ -173,18 +174,20 @@ int main(int argc, char** argv) {
     const stoker::Config config =
         stoker::parse_config(kConfig, "embed_example", std::vector<std::string>(argv + 1, argv + argc));
 
-    // The parts: device, data loaders, model. (stoker::run_training does all of this and adds a
-    // run directory, logs, metrics and checkpoints; an application can also take it from here.)
+    // The parts: device, data loaders, the application's model, and a Trainer built from them with
+    // the config's optimizer, loss, schedule and precision (stoker::make_training does all of this
+    // in one call, and stoker::run_training adds a run directory, logs, metrics and checkpoints).
+    // An application with its own batches passes its own data::BatchSource instead of a loader.
     const torch::Device device = stoker::resolve_device(config.run.device);
     stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
     torch::manual_seed(config.run.seed);
     stoker::Loaders loaders = stoker::make_loaders(config, device);
-
     const stoker::models::ModelShape shape{loaders.in_channels, config.data.num_classes};
-    stoker::Trainer trainer(config, stoker::models::create_model(config.model, shape), loaders.train,
-                            loaders.test, device);
-    trainer.add_callback(std::make_shared<PrintEpochs>());
-    const stoker::FitResult result = trainer.fit();
+    std::unique_ptr<stoker::Trainer> trainer =
+        stoker::make_trainer(config, stoker::models::create_model(config.model, shape), loaders.train, loaders.test,
+                             device);
+    trainer->add_callback(std::make_shared<PrintEpochs>());
+    const stoker::FitResult result = trainer->fit();
 
     const double accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test.top1;
     std::printf("final test accuracy %.1f%% after %zu epoch(s) in %.1f s: %s\n", 100.0 * accuracy,

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "test_util.h"
+#include "trainer/factory.h"
 #include "trainer/run.h"
 
 namespace stoker {
@@ -21,8 +22,8 @@ class CallbacksTest : public ::testing::Test {
   std::unique_ptr<Trainer> make_trainer() {
     configure_threads(config_.run.threads);
     Loaders loaders = make_loaders(config_, torch::kCPU);
-    return std::make_unique<Trainer>(config_, make_model(config_, loaders.in_channels), loaders.train,
-                                     loaders.test, torch::kCPU);
+    return stoker::make_trainer(config_, make_model(config_, loaders.in_channels), loaders.train, loaders.test,
+                                torch::kCPU);
   }
   static EpochResult epoch(int64_t index, double top1, double loss) {
     EpochResult r;
@@ -38,7 +39,7 @@ TEST_F(CallbacksTest, EarlyStoppingAfterPatienceEpochsWithoutImprovement) {
   config_.train.epochs = 20;
   config_.train.early_stopping = {"test_top1", 3, 0.01};
   auto trainer = make_trainer();
-  EarlyStoppingCallback cb;
+  EarlyStoppingCallback cb(config_.train.early_stopping);
   // Improvements must exceed min_delta: 0.605 and 0.61 do not beat 0.6 by more than 0.01.
   const std::vector<double> top1 = {0.5, 0.6, 0.605, 0.61, 0.59};
   for (size_t e = 0; e < top1.size(); ++e) {
@@ -52,10 +53,11 @@ TEST_F(CallbacksTest, EarlyStoppingAfterPatienceEpochsWithoutImprovement) {
   // A loss improves downwards.
   config_.train.early_stopping = {"test_loss", 2, 0.0};
   trainer = make_trainer();
+  EarlyStoppingCallback by_loss(config_.train.early_stopping);
   const std::vector<double> loss = {1.0, 0.9, 0.95, 0.85, 0.9, 0.86};
   for (size_t e = 0; e < loss.size(); ++e) {
     EXPECT_FALSE(trainer->finish_requested()) << "stopped before epoch " << e;
-    cb.on_validation_end(*trainer, epoch(static_cast<int64_t>(e), 0.5, loss[e]));
+    by_loss.on_validation_end(*trainer, epoch(static_cast<int64_t>(e), 0.5, loss[e]));
   }
   EXPECT_TRUE(trainer->finish_requested());
   EXPECT_EQ(trainer->state().early_stop_epoch, 3);
@@ -87,7 +89,7 @@ TEST_F(CallbacksTest, BestCheckpointFollowsTheNamedMetric) {
   config_.train.ema_decay = 0.9;
   config_.checkpoint.best_metric = "ema_test_loss";
   auto trainer = make_trainer();
-  CheckpointCallback cb(runs_ / "checkpoints");
+  CheckpointCallback cb(runs_ / "checkpoints", config_.checkpoint);
   const std::vector<double> ema_loss = {1.0, 0.8, 0.9};
   for (size_t e = 0; e < ema_loss.size(); ++e) {
     EpochResult r = epoch(static_cast<int64_t>(e), 0.5 + 0.1 * e, 1.0 - 0.1 * e);
@@ -100,7 +102,7 @@ TEST_F(CallbacksTest, BestCheckpointFollowsTheNamedMetric) {
 
   config_.checkpoint.best_metric = "test_top5";
   trainer = make_trainer();
-  CheckpointCallback top5(runs_ / "checkpoints5");
+  CheckpointCallback top5(runs_ / "checkpoints5", config_.checkpoint);
   const std::vector<double> top5_values = {0.9, 0.97, 0.95};
   for (size_t e = 0; e < top5_values.size(); ++e) {
     EpochResult r = epoch(static_cast<int64_t>(e), 0.5, 1.0);

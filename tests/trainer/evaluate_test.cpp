@@ -7,9 +7,11 @@
 #include <cmath>
 
 #include "test_util.h"
+#include "trainer/run.h"
 
 namespace stoker {
 namespace {
+namespace fs = std::filesystem;
 
 TEST(Evaluate, TopKOnHandMadeLogits) {
   // 7 classes; the target's rank in each row (0 = highest): 0, 1, 4, 5, 6.
@@ -43,6 +45,40 @@ TEST(Evaluate, EpochMetricsByName) {
   EXPECT_TRUE(higher_is_better("ema_test_top1"));
   EXPECT_FALSE(higher_is_better("ema_test_loss"));
   EXPECT_FALSE(higher_is_better("test_loss"));
+}
+
+// `trainer eval` and `trainer predict` evaluate a checkpoint as its run did, in every precision
+// (issue #12: eval of a bf16-mixed run failed with "Input type (CPUBFloat16Type) and weight type
+// (CPUFloatType) should be the same"): the checkpoint's test metrics equal the run's last epoch's.
+TEST(Evaluate, CheckpointsOfEveryPrecisionEvaluateAsTheirRunDid) {
+  stoker::testing::TempDir data, runs;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 128, 64, 12);
+  for (const char* precision : {"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}) {
+    TrainRequest request;
+    request.config = stoker::testing::tiny_config(data.path(), runs.path());
+    request.config.train.epochs = 1;
+    request.config.train.precision = precision;
+    const TrainOutcome out = run_training(request);
+    const fs::path last = out.run_dir / "checkpoints" / "last.pt";
+    const CheckpointEvaluation eval = evaluate_checkpoint(request.config, last);
+    EXPECT_EQ(eval.model.samples, out.final_test.samples) << precision;
+    EXPECT_NEAR(eval.model.top1, out.final_test.top1, 1e-9) << precision;
+    EXPECT_NEAR(eval.model.loss, out.final_test.loss, 1e-3 * std::max(1.0, out.final_test.loss)) << precision;
+
+    // predict on one test image, through the saved config.
+    const fs::path image = runs.path() / (std::string(precision) + ".png");
+    std::vector<uint8_t> pixels(12 * 12);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 37) % 251);
+    stoker::testing::write_png(image, 12, 12, 1, pixels);
+    PredictRequest predict;
+    predict.checkpoint = last;
+    predict.images = {image};
+    predict.top_k = 3;
+    const std::vector<ImagePrediction> p = predict_images(predict);
+    ASSERT_EQ(p.size(), 1u) << precision;
+    ASSERT_EQ(p[0].classes.size(), 3u) << precision;
+    EXPECT_GE(p[0].probabilities[0], p[0].probabilities[1]) << precision;
+  }
 }
 
 }  // namespace

@@ -1,14 +1,16 @@
-#include "data/transform_options.h"
-#include "models/compact_resnet.h"
 #include "trainer/trainer.h"
 
 #include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <fstream>
 
+#include "data/transform_options.h"
+#include "models/compact_resnet.h"
 #include "models/registry.h"
 #include "test_util.h"
+#include "trainer/factory.h"
 #include "trainer/run.h"
 #include "trainer/sizing.h"
 
@@ -80,7 +82,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, uint64_t init_seed) 
   configure_threads(config.run.threads);
   Loaders loaders = make_loaders(config, torch::kCPU);
   torch::manual_seed(init_seed);
-  return std::make_unique<Trainer>(config, models::create_model(config.model, {}), loaders.train, loaders.test,
+  return stoker::make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test,
                                    torch::kCPU);
 }
 
@@ -282,8 +284,7 @@ class MixedPrecisionTest : public TrainerTest {
   }
   std::unique_ptr<Trainer> trainer(const Config& c, uint64_t seed = 5) {
     const torch::Device cpu(torch::kCPU);
-    return std::make_unique<Trainer>(c, plain_net(seed), make_loader(c, cpu, "train"),
-                                     make_loader(c, cpu, "test"), cpu);
+    return stoker::make_trainer(c, plain_net(seed), make_loader(c, cpu, "train"), make_loader(c, cpu, "test"), cpu);
   }
   static std::vector<data::Batch> batches(Trainer& t, const Config& c, int64_t n) {
     auto loader = make_loader(c, torch::kCPU, "train");
@@ -395,8 +396,9 @@ TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
 
   const torch::Device cpu(torch::kCPU);
   Config c = request.config;
-  Trainer resumed(c, models::create_model(c.model, {1, 10}),
-                  make_loader(c, cpu, "train"), make_loader(c, cpu, "test"), cpu);
+  auto resumed_ptr = stoker::make_trainer(c, models::create_model(c.model, {1, 10}),
+                                          make_loader(c, cpu, "train"), make_loader(c, cpu, "test"), cpu);
+  Trainer& resumed = *resumed_ptr;
   EXPECT_EQ(resumed.scaler().scale_value(), 1024.0);
   resumed.load_checkpoint(out.run_dir / "checkpoints" / "last.pt");
   EXPECT_EQ(resumed.scaler().scale_value(), scale);
@@ -463,8 +465,10 @@ TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
     c.train.grad_clip_norm = 1.0;
     Config g = c;
     g.train.cuda_graph = true;
-    Trainer eager(c, plain_net(5), make_loader(c, gpu, "train"), make_loader(c, gpu, "test"), gpu);
-    Trainer graphed(g, plain_net(5), make_loader(g, gpu, "train"), make_loader(g, gpu, "test"), gpu);
+    auto eager_ptr = stoker::make_trainer(c, plain_net(5), make_loader(c, gpu, "train"), make_loader(c, gpu, "test"), gpu);
+    auto graphed_ptr = stoker::make_trainer(g, plain_net(5), make_loader(g, gpu, "train"), make_loader(g, gpu, "test"), gpu);
+    Trainer& eager = *eager_ptr;
+    Trainer& graphed = *graphed_ptr;
     auto loader = make_loader(c, gpu, "train");
     loader->start_epoch(0);
     for (int i = 0; i < 8; ++i) {
@@ -480,6 +484,54 @@ TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
     }
     EXPECT_EQ(graphed.state().step, 8);
   }
+}
+
+// On a GPU: after the capture, a short batch (drop_last: false) is stepped eagerly on the graph's
+// static gradients, which are zeroed in place first, so it does not add the last replay's gradient
+// to its own (issue #12): the parameters still equal an eager run's.
+TEST_F(MixedPrecisionTest, CudaGraphThenShortBatchEqualsEagerSteps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  const torch::Device gpu(torch::kCUDA, 0);
+  Config c = config(48);  // 640 samples: 13 batches of 48 and one of 16
+  c.run.device = "cuda";
+  c.data.drop_last = false;
+  Config g = c;
+  g.train.cuda_graph = true;
+  auto eager = stoker::make_trainer(c, plain_net(5), make_loader(c, gpu, "train"), make_loader(c, gpu, "test"), gpu);
+  auto graphed = stoker::make_trainer(g, plain_net(5), make_loader(g, gpu, "train"), make_loader(g, gpu, "test"), gpu);
+  auto loader = make_loader(c, gpu, "train");
+  loader->start_epoch(0);
+  int64_t steps = 0;
+  while (std::optional<data::Batch> batch = loader->next()) {
+    eager->train_step(*batch);
+    graphed->train_step(*batch);
+    ++steps;
+  }
+  ASSERT_EQ(steps, 14);
+  EXPECT_TRUE(graphed->graph_active());
+  auto pe = eager->module().parameters(), pg = graphed->module().parameters();
+  for (size_t i = 0; i < pe.size(); ++i) EXPECT_TRUE(torch::allclose(pe[i], pg[i], 1e-3, 1e-5)) << "parameter " << i;
+}
+
+// Capturing turns an application's own autocast region off, and the weight-cast cache with it, and
+// puts both back afterwards (issue #12: stale casts must not be baked into the graph).
+TEST(Precision, AutocastIsOffWhileCapturingAndRestoredAfter) {
+  AutocastGuard outer(torch::kCPU, Precision::kBf16Mixed);
+  ASSERT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+  ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
+  {
+    AutocastOffForCapture capture(torch::kCPU);
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+    EXPECT_FALSE(at::autocast::is_autocast_cache_enabled());
+    {
+      AutocastGuard step(torch::kCPU, Precision::kBf16Mixed);  // the step's own guard still works
+      EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+      EXPECT_EQ(at::autocast::get_autocast_dtype(torch::kCPU), torch::kBFloat16);
+    }
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+  }
+  EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+  EXPECT_TRUE(at::autocast::is_autocast_cache_enabled());
 }
 
 }  // namespace

@@ -1,0 +1,55 @@
+// A training step captured once as a CUDA graph and replayed (train.cuda_graph), in the manner of
+// tiny-cuda-nn's CudaGraph::capture_and_execute: the Trainer hands over the *same* step function it
+// runs eagerly, so a stage added to the step (gradient all-reduce, gradient statistics) is written
+// once and is in the graph too.
+//
+// After `warmup` eager calls on a side stream (cuDNN/cuBLAS pick algorithms and workspaces,
+// autograd and the optimizer create their state), one call is captured with static input and target
+// buffers; every later call copies the batch into those buffers (a device-to-device copy) and
+// replays the graph: one launch instead of hundreds. A batch of another shape (an epoch's short last
+// batch) is not replayed: run() returns nothing and the caller steps eagerly. A capture that fails
+// (a host synchronisation in the step, an op that cannot be captured) ends the stream capture,
+// gives the graph's memory pool back to the caching allocators and disables the graph for good,
+// with a warning saying why; the caller steps eagerly from then on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+namespace stoker {
+
+class CudaGraphStep {
+ public:
+  // The step: forward, loss, backward and the optimizer update on (input, target); returns the loss.
+  using StepFunction = std::function<torch::Tensor(const torch::Tensor& input, const torch::Tensor& target)>;
+  struct Hooks {
+    std::function<void()> before_capture;  // e.g. drop the gradients so backward allocates them in the pool
+    std::function<void()> after_failure;   // e.g. forget the loss scaler's half-done step
+  };
+
+  CudaGraphStep(torch::Device device, StepFunction step, Hooks hooks, int warmup = 3);
+  ~CudaGraphStep();
+  CudaGraphStep(const CudaGraphStep&) = delete;
+  CudaGraphStep& operator=(const CudaGraphStep&) = delete;
+
+  // Runs one step on the batch: a warm-up step, the capture (which also trains on this batch), or a
+  // replay. Returns the detached loss, or nothing when the caller must step eagerly instead (the
+  // graph is disabled, or the batch's shape is not the captured one).
+  std::optional<torch::Tensor> run(const torch::Tensor& input, const torch::Tensor& target);
+
+  // Stops using the graph for good; `why` is logged once.
+  void disable(const std::string& why);
+  bool disabled() const;
+  // Captured: the steps are replays from now on.
+  bool active() const;
+
+ private:
+  struct State;  // CUDA streams and the graph (trainer/cuda_graph_step.cpp)
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,97 @@
+#include "trainer/factory.h"
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+#include "trainer/logging.h"
+#include "trainer/sizing.h"
+
+namespace stoker {
+
+void prepare_model(torch::nn::Module& model, torch::Device device, Precision precision, bool channels_last) {
+  model.to(device, parameter_dtype(precision));
+  if (!channels_last) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
+TrainerOptions trainer_options(const Config& config, torch::Device device) {
+  TrainerOptions o;
+  o.epochs = config.train.epochs;
+  o.precision = parse_precision(config.train.precision);
+  o.accumulate_steps = accumulate_steps_of(config);
+  o.batch_size = config.data.batch_size;
+  o.grad_clip_norm = config.train.grad_clip_norm;
+  o.cuda_graph = config.train.cuda_graph;
+  o.device = device;
+  o.config_yaml = config_to_yaml(config);
+  return o;
+}
+
+TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
+                        int64_t steps_per_epoch) {
+  const Precision precision = parse_precision(config.train.precision);
+  prepare_model(*model.ptr(), device, precision, config.train.channels_last);
+  TrainerParts parts;
+  parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), device);
+  parts.model = std::move(model);
+  const double smoothing = config.train.label_smoothing;
+  parts.loss = [smoothing](const torch::Tensor& logits, const torch::Tensor& target) {
+    namespace F = torch::nn::functional;
+    return F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+  };
+  const LossScaleOptions& ls = config.train.loss_scale;
+  parts.scaler = std::make_unique<GradScaler>(GradScalerOptions()
+                                                  .with_init_scale(ls.init_scale)
+                                                  .with_growth_factor(ls.growth_factor)
+                                                  .with_backoff_factor(ls.backoff_factor)
+                                                  .with_growth_interval(ls.growth_interval)
+                                                  .with_enabled(needs_loss_scaling(precision)),
+                                              device);
+  const ScheduleOptions schedule = config.schedule;
+  const double base_lr = effective_lr(config);
+  const int64_t epochs = config.train.epochs;
+  parts.schedule = [=](int64_t step) { return scheduled_lr(schedule, base_lr, step, steps_per_epoch, epochs); };
+  if (config.train.ema_decay > 0) {
+    parts.ema = std::make_unique<ModelEma>(config.train.ema_decay, config.train.ema_warmup);
+  }
+  return parts;
+}
+
+std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule model,
+                                      std::shared_ptr<data::BatchSource> train,
+                                      std::shared_ptr<data::BatchSource> eval, torch::Device device) {
+  STOKER_CHECK(!model.is_empty(), "make_trainer needs a model");
+  STOKER_CHECK(train && train->num_batches() > 0, "make_trainer needs a training source with batches");
+  const std::vector<std::string> findings =
+      check_sizes(*model.ptr(), config.data.batch_size, train->channels(), config.data.num_classes);
+  if (config.train.strict_sizes && !findings.empty()) {
+    std::string all;
+    for (const auto& w : findings) all += "\n  " + w;
+    STOKER_FAIL("train.strict_sizes is on and {} size(s) are not tensor-core friendly:{}\nchange them, "
+                "or set train.strict_sizes: false to train anyway",
+                findings.size(), all);
+  }
+  for (const auto& finding : findings) logger().warn("size check: {}", finding);
+  TrainerOptions options = trainer_options(config, device);
+  const int64_t steps_per_epoch = (train->num_batches() + options.accumulate_steps - 1) / options.accumulate_steps;
+  TrainerParts parts = make_parts(config, std::move(model), device, steps_per_epoch);
+  return std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
+}
+
+TrainingSetup make_training(const Config& config) {
+  TrainingSetup setup;
+  setup.device = resolve_device(config.run.device);
+  configure_threads(config.run.threads, config.data.workers, setup.device.is_cpu());
+  torch::manual_seed(config.run.seed);
+  setup.loaders = make_loaders(config, setup.device);
+  setup.trainer = make_trainer(config, make_model(config, setup.loaders.in_channels), setup.loaders.train,
+                               setup.loaders.test, setup.device);
+  return setup;
+}
+
+}  // namespace stoker

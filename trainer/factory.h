@@ -1,0 +1,53 @@
+// Building a Trainer from a Config: the parts (model prepared for the device and precision,
+// optimizer, loss, loss scaler, schedule, EMA), the options the loop needs, and whole set-ups with
+// the data. run_training, `trainer eval`, `trainer bench-step` and applications use these; a
+// Trainer itself never reads a Config.
+//
+//   stoker::TrainingSetup setup = stoker::make_training(config);       // data + model + trainer
+//   // or, with an application's own model and batch sources:
+//   auto trainer = stoker::make_trainer(config, my_model, my_train_source, my_eval_source, device);
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/types.h>
+
+#include "data/batch_source.h"
+#include "trainer/config.h"
+#include "trainer/run.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+// Moves `model` to `device` in the precision's parameter dtype (bfloat16 for bf16-true, else
+// float32), its 4-D parameters to channels-last when asked.
+void prepare_model(torch::nn::Module& model, torch::Device device, Precision precision, bool channels_last);
+
+// The loop's options from the config: epochs, precision, accumulation, clipping, graph, batch size.
+TrainerOptions trainer_options(const Config& config, torch::Device device);
+
+// The parts for `model` (prepared here: see prepare_model), for `steps_per_epoch` optimizer steps
+// per epoch: the configured optimizer, cross-entropy with train.label_smoothing, the fp16-mixed loss
+// scaler, the learning-rate schedule (with the linear scaling rule) and the EMA of the weights.
+TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
+                        int64_t steps_per_epoch);
+
+// A Trainer for `model` on the given sources, after the sizing checks (findings are logged as
+// warnings; with train.strict_sizes they are one error listing all).
+std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule model,
+                                      std::shared_ptr<data::BatchSource> train,
+                                      std::shared_ptr<data::BatchSource> eval, torch::Device device);
+
+// Everything a config describes: the device (run.device), threads, the seed, both loaders, the model
+// and the Trainer.
+struct TrainingSetup {
+  torch::Device device = torch::kCPU;
+  Loaders loaders;
+  std::unique_ptr<Trainer> trainer;
+};
+TrainingSetup make_training(const Config& config);
+
+}  // namespace stoker
