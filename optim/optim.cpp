@@ -246,8 +246,64 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
 
 // ---- building -----------------------------------------------------------------------------------
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o,
-                                                        torch::nn::Module& model,
+void SgdKeys::visit(OptionsVisitor& v) {
+  v.field("momentum", momentum, rules::unit_open());
+  v.field("nesterov", nesterov);
+}
+
+void SgdKeys::check() const {
+  if (nesterov && momentum == 0) STOKER_FAIL("nesterov needs momentum > 0; set a momentum or nesterov: false");
+}
+
+void AdamWKeys::visit(OptionsVisitor& v) {
+  v.field("betas", betas, rules::items(rules::unit_open(), 2, 2));
+  v.field("eps", eps, rules::positive());
+}
+
+namespace {
+
+// Two parameter groups of one libtorch options type: with and without weight decay.
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> grouped(const std::function<Options(double)>& options, double wd,
+                                                 const std::vector<torch::Tensor>& decay,
+                                                 const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, std::make_unique<Options>(options(wd)));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<Options>(options(0.0)));
+  return std::make_unique<Optimizer>(groups, options(wd), impl);
+}
+
+void add_stoker_optimizers(Registry<OptimizerType>& r) {
+  r.add("sgd", {options_of<SgdKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
+                                          const auto& no_decay, OptimizerImpl impl) {
+              const auto& k = dynamic_cast<const SgdKeys&>(own);
+              const std::function<torch::optim::SGDOptions(double)> options = [&](double wd) {
+                return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
+              };
+              return grouped<SGD>(options, o.weight_decay, decay, no_decay, impl);
+            }});
+  r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
+                                              const auto& no_decay, OptimizerImpl impl) {
+                const auto& k = dynamic_cast<const AdamWKeys&>(own);
+                const std::function<torch::optim::AdamWOptions(double)> options = [&](double wd) {
+                  return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
+                };
+                return grouped<AdamW>(options, o.weight_decay, decay, no_decay, impl);
+              }});
+}
+
+}  // namespace
+
+Registry<OptimizerType>& optimizer_registry() {
+  static Registry<OptimizerType>* registry = [] {
+    auto* r = new Registry<OptimizerType>("optimizer");
+    add_stoker_optimizers(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, torch::nn::Module& model,
                                                         torch::Device device) {
   const OptimizerImpl impl = resolve_optimizer_impl(o.implementation, device);
   std::vector<torch::Tensor> decay, no_decay;
@@ -256,24 +312,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
     (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
   }
   STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (o.type == "sgd") {
-    auto options = [&](double wd) {
-      return torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd);
-    };
-    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(options(o.weight_decay)));
-    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(options(0.0)));
-    return std::make_unique<SGD>(groups, options(o.weight_decay), impl);
-  }
-  if (o.type == "adamw") {
-    auto options = [&](double wd) {
-      return torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(wd);
-    };
-    if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
-    if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
-    return std::make_unique<AdamW>(groups, options(o.weight_decay), impl);
-  }
-  STOKER_FAIL("optimizer.type '{}' is not known; use sgd or adamw", o.type);
+  return optimizer_registry().get(o.algorithm.type()).create(o, o.algorithm.options(), decay, no_decay, impl);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -14,6 +14,7 @@
 // added to the gradient; AdamW with bias correction and decoupled weight decay.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,24 +24,12 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "common/options.h"
+#include "common/registry.h"
+
 
 namespace stoker {
 
-struct OptimizerOptions {
-  std::string type = "sgd";  // sgd | adamw
-  double lr = 0.1;
-  double momentum = 0.9;     // sgd
-  bool nesterov = true;      // sgd
-  std::vector<double> betas{0.9, 0.999};  // adamw
-  double eps = 1e-8;                      // adamw
-  double weight_decay = 5e-4;
-  bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
-  // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
-  std::string implementation = "auto";
-  // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
-  // batch being the samples per optimizer step over all processes; 0 = use lr as it is (see trainer/config.h).
-  int64_t lr_reference_batch = 0;
-};
 
 
 enum class OptimizerImpl { kFused, kForeach, kReference };
@@ -97,6 +86,46 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   torch::Tensor lr_;
   torch::Tensor steps_;  // float32 [1] on the parameters' device: steps taken (skipped ones excluded)
 };
+
+// sgd's own keys (optimizer.momentum, optimizer.nesterov).
+struct SgdKeys : TypeOptionsOf<SgdKeys> {
+  double momentum = 0.9;
+  bool nesterov = true;
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
+};
+
+// adamw's own keys (optimizer.betas, optimizer.eps).
+struct AdamWKeys : TypeOptionsOf<AdamWKeys> {
+  std::vector<double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  void visit(OptionsVisitor& v) override;
+};
+
+struct OptimizerOptions {
+  // optimizer.type (sgd | adamw, or registered) and that type's own keys beside it.
+  TypedOptions algorithm{"sgd", std::make_unique<SgdKeys>()};
+  double lr = 0.1;
+  double weight_decay = 5e-4;
+  bool decay_norm_and_bias = false;  // apply weight decay to 1-D parameters (norms, biases) too
+  // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
+  std::string implementation = "auto";
+  // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
+  // batch being the samples per optimizer step over all processes; 0 = use lr as it is (see trainer/config.h).
+  int64_t lr_reference_batch = 0;
+};
+
+// A registered optimizer type: its own keys and how to build it over parameter groups. `decay` and
+// `no_decay` are the parameters with and without weight decay (see make_optimizer).
+struct OptimizerType {
+  OptionsMaker options;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(const OptimizerOptions& common, const TypeOptions& own,
+                                                         const std::vector<torch::Tensor>& decay,
+                                                         const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl)>
+      create;
+};
+// sgd and adamw; applications may register more.
+Registry<OptimizerType>& optimizer_registry();
 
 // Builds the configured optimizer over `model`'s trainable parameters, with weight decay off for
 // 1-D parameters (norm weights, biases) unless optimizer.decay_norm_and_bias is set.

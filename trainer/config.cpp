@@ -93,12 +93,9 @@ void visit_model(Config& c, V& v) {
 
 template <typename V>
 void visit_optimizer(Config& c, V& v) {
-  v.field("type", c.optimizer.type, one_of({"sgd", "adamw"}));
+  static const TypeCatalog optimizers = catalog_of(optimizer_registry(), "optimizer");
+  v.typed(c.optimizer.algorithm, optimizers, TypedLayout::kBeside);
   v.field("lr", c.optimizer.lr, positive());
-  v.field("momentum", c.optimizer.momentum, unit_open());
-  v.field("nesterov", c.optimizer.nesterov);
-  v.field("betas", c.optimizer.betas, items(unit_open(), 2, 2));
-  v.field("eps", c.optimizer.eps, positive());
   v.field("weight_decay", c.optimizer.weight_decay, non_negative());
   v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
   v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
@@ -181,9 +178,6 @@ void check_data_and_model(const Config& c, const Fail& fail) {
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
                      c.data.shard_count));
-  }
-  if (c.optimizer.type == "sgd" && c.optimizer.nesterov && c.optimizer.momentum == 0) {
-    fail("optimizer.nesterov needs optimizer.momentum > 0; set a momentum or nesterov: false");
   }
 }
 

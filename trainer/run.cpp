@@ -144,41 +144,15 @@ fs::path run_dir_of(const fs::path& checkpoint) {
   return folder.filename() == "checkpoints" ? folder.parent_path() : folder;
 }
 
-}  // namespace
-
-TrainOutcome run_training(const TrainRequest& request) {
-  const Config& config = request.config;
-  // Everything that can be checked is checked before the run directory is made.
-  TrainingSetup setup = make_training(config);
-  const torch::Device device = setup.device;
-  const Loaders& loaders = setup.loaders;
+// What the run is about to do, for the console and train.log.
+void log_run_start(const Config& config, const TrainingSetup& setup, const fs::path& run_dir) {
   Trainer& trainer = *setup.trainer;
-  std::optional<fs::path> resume_from;
-  if (request.resume) resume_from = resolve_checkpoint(*request.resume);
-
-  TrainOutcome outcome;
-  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
-  STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
-               "the run directory {} is not writable", outcome.run_dir.string());
-  attach_log_file(outcome.run_dir / "train.log");
-
-  const std::string resolved = config_to_yaml(config);
-  if (resume_from) {
-    trainer.load_checkpoint(*resume_from);
-    logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
-                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
-    // Keep the first run's config; record the one this part ran with.
-    const fs::path first = outcome.run_dir / "config.yaml";
-    const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
-    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
-  } else {
-    write_file_atomically(outcome.run_dir / "config.yaml", resolved);
-  }
-  logger().debug("resolved config:\n{}", resolved);
-
+  const Loaders& loaders = setup.loaders;
+  const torch::Device device = setup.device;
+  const fs::path& outcome_run_dir = run_dir;
   size_t params = 0;
   for (const auto& p : trainer.module().parameters()) params += p.numel();
-  logger().info("run directory: {}", outcome.run_dir.string());
+  logger().info("run directory: {}", outcome_run_dir.string());
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type(), params / 1e6);
@@ -204,6 +178,40 @@ TrainOutcome run_training(const TrainRequest& request) {
                 trainer.accumulate_steps(), config.data.batch_size,
                 trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
                 config.data.shard_count > 1 ? " across all shards" : "");
+
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& request) {
+  const Config& config = request.config;
+  // Everything that can be checked is checked before the run directory is made.
+  TrainingSetup setup = make_training(config);
+  Trainer& trainer = *setup.trainer;
+  std::optional<fs::path> resume_from;
+  if (request.resume) resume_from = resolve_checkpoint(*request.resume);
+
+  TrainOutcome outcome;
+  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
+  STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
+               "the run directory {} is not writable", outcome.run_dir.string());
+  attach_log_file(outcome.run_dir / "train.log");
+
+  const std::string resolved = config_to_yaml(config);
+  if (resume_from) {
+    trainer.load_checkpoint(*resume_from);
+    logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
+                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
+    // Keep the first run's config; record the one this part ran with.
+    const fs::path first = outcome.run_dir / "config.yaml";
+    const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
+    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  } else {
+    write_file_atomically(outcome.run_dir / "config.yaml", resolved);
+  }
+  logger().debug("resolved config:\n{}", resolved);
+
+  log_run_start(config, setup, outcome.run_dir);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",

@@ -179,7 +179,7 @@ TEST(TrainerCli, PrintConfigShowsTheResolvedValues) {
   const Result r = run_trainer(std::string("--config ") + STOKER_SOURCE_DIR +
                                "/configs/fashion_mnist.yaml --set optimizer.lr=0.03 --print-config");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("optimizer:\n  type: sgd\n  lr: 0.03\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizer:\n  type: sgd\n  momentum: 0.9\n  nesterov: true\n  lr: 0.03\n"), std::string::npos) << r.output;
 }
 
 TEST(TrainerCli, PrintConfigWithTheFlagFormsAndSubcommands) {
@@ -189,7 +189,7 @@ TEST(TrainerCli, PrintConfigWithTheFlagFormsAndSubcommands) {
     const Result r = run_trainer(command + "--config=" + recipe + " --set=optimizer.lr=0.5 --set optimizer.lr=0.03" +
                                  " --set train.epochs=2 --print-config");
     EXPECT_EQ(r.exit_code, 0) << command << r.output;
-    EXPECT_CONTAINS(r.output, "optimizer:\n  type: sgd\n  lr: 0.03\n");
+    EXPECT_CONTAINS(r.output, "optimizer:\n  type: sgd\n  momentum: 0.9\n  nesterov: true\n  lr: 0.03\n");
     EXPECT_CONTAINS(r.output, "\n  epochs: 2\n");
   }
   // Given twice, the last --config counts.

@@ -47,9 +47,9 @@ train: {epochs: 4, channels_last: true}
   EXPECT_EQ(synthetic.width, data::SyntheticOptions().width);
   EXPECT_EQ(c.data.std, (std::vector<double>{1, 2, 3}));
   EXPECT_EQ(c.model.as<models::CompactResNetOptions>().blocks, (std::vector<int64_t>{2, 1}));
-  EXPECT_EQ(c.optimizer.type, "adamw");
+  EXPECT_EQ(c.optimizer.algorithm.type(), "adamw");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
-  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.95}));
+  EXPECT_EQ(c.optimizer.algorithm.as<AdamWKeys>().betas, (std::vector<double>{0.8, 0.95}));
   EXPECT_EQ(c.train.epochs, 4);
 }
 
@@ -78,8 +78,8 @@ TEST(Config, OutOfRangeValuesAreRejected) {
             "recipe.yaml: run.seed at line 2: expected an integer >= 0, got \"-4\"");
   EXPECT_EQ(error_of("data:\n  std: [0.3, 0]\n"),
             "recipe.yaml: data.std[1] at line 2: expected a positive number, got \"0\"");
-  EXPECT_EQ(error_of("optimizer:\n  betas: [0.9]\n"),
-            "recipe.yaml: optimizer.betas at line 2: expected a list of 2 values, each a number in "
+  EXPECT_EQ(error_of("optimizer:\n  type: adamw\n  betas: [0.9]\n"),
+            "recipe.yaml: optimizer.betas at line 3: expected a list of 2 values, each a number in "
             "[0, 1), got 1 value(s)");
   EXPECT_EQ(error_of("optimizer:\n  lr: .nan\n"),
             "recipe.yaml: optimizer.lr at line 2: expected a positive number, got \".nan\"");
@@ -87,7 +87,8 @@ TEST(Config, OutOfRangeValuesAreRejected) {
 
 TEST(Config, ChoicesAreListed) {
   EXPECT_EQ(error_of("optimizer:\n  type: adam\n"),
-            "recipe.yaml: optimizer.type at line 2: expected one of: sgd, adamw, got \"adam\"");
+            "recipe.yaml: optimizer.type at line 2: expected a registered optimizer type (adamw, sgd), got "
+            "\"adam\"");
   EXPECT_EQ(error_of("run:\n  device: gpu\n"),
             "recipe.yaml: run.device at line 2: expected auto, cpu, cuda or cuda:N, got \"gpu\"");
   const std::string msg = error_of("model:\n  type: resnet9000\n");
@@ -99,9 +100,14 @@ TEST(Config, ChoicesAreListed) {
 
 TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
-            "recipe.yaml: optimizer.momentun at line 3: unknown key 'momentun' in section "
-            "'optimizer'; known keys: betas, decay_norm_and_bias, eps, implementation, lr, "
-            "lr_reference_batch, momentum, nesterov, type, weight_decay");
+            "recipe.yaml: optimizer.momentun at line 3: optimizer type 'sgd' has no key 'momentun'; it "
+            "takes: decay_norm_and_bias, implementation, lr, lr_reference_batch, momentum, nesterov, type, "
+            "weight_decay");
+  // Keys of another optimizer type are not silently ignored.
+  EXPECT_EQ(error_of("optimizer:\n  type: sgd\n  betas: [0.9, 0.99]\n"),
+            "recipe.yaml: optimizer.betas at line 3: optimizer type 'sgd' has no key 'betas'; it takes: "
+            "decay_norm_and_bias, implementation, lr, lr_reference_batch, momentum, nesterov, type, "
+            "weight_decay");
   const std::string msg = error_of("trainer:\n  epochs: 3\n");
   EXPECT_NE(msg.find("recipe.yaml: trainer at line 1: unknown section 'trainer'; known sections:"),
             std::string::npos) << msg;
@@ -192,7 +198,7 @@ TEST(Config, CrossFieldChecks) {
   EXPECT_EQ(error_of("schedule:\n  warmup_epochs: 3\ntrain:\n  epochs: 3\n"),
             "recipe.yaml: schedule.warmup_epochs (3) must be shorter than train.epochs (3)");
   EXPECT_EQ(error_of("optimizer:\n  momentum: 0\n  nesterov: true\n"),
-            "recipe.yaml: optimizer.nesterov needs optimizer.momentum > 0; set a momentum or "
+            "recipe.yaml: optimizer at line 2: nesterov needs momentum > 0; set a momentum or "
             "nesterov: false");
 }
 
@@ -267,7 +273,7 @@ TEST(Config, SetOverridesAnyKeyAndIsChecked) {
   EXPECT_EQ(c.model.as<models::CompactResNetOptions>().widths, (std::vector<int64_t>{4, 8, 12}));
   EXPECT_EQ(error_of("", {"optimizer.lr=fast"}),
             "--set optimizer.lr: expected a positive number, got \"fast\"");
-  EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: unknown key 'lrr'"),
+  EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: optimizer type 'sgd' has no key 'lrr'"),
             std::string::npos);
   EXPECT_EQ(error_of("", {"epochs=3"}),
             "--set epochs=3: expected section.key=value (e.g. train.epochs=3)");

@@ -248,7 +248,7 @@ TEST(Optimizer, NoWeightDecayOnNormsAndBiases) {
   EXPECT_EQ(static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[1].options()).weight_decay(), 0.0);
   OptimizerOptions all;
   all.decay_norm_and_bias = true;
-  all.type = "adamw";
+  all.algorithm = TypedOptions("adamw", std::make_unique<AdamWKeys>());
   EXPECT_EQ(make_optimizer(all, *model.ptr())->param_groups().size(), 1u);
 }
 
