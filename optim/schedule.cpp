@@ -17,7 +17,8 @@ double anneal_cos(double start, double end, double pct) {
 // torch.optim.lr_scheduler.OneCycleLR (three_phase=False, anneal_strategy='cos'): from
 // max_lr / div_factor up to max_lr at step pct_start * total - 1, then down to
 // max_lr / div_factor / final_div_factor at the last step.
-double one_cycle_lr(const ScheduleOptions& s, double max_lr, int64_t step, const ScheduleSpan& span) {
+double one_cycle_lr(const TypeOptions& own, double max_lr, int64_t step, const ScheduleSpan& span) {
+  const auto& s = dynamic_cast<const OneCycleKeys&>(own);
   const double initial = max_lr / s.div_factor;
   const double min_lr = initial / s.final_div_factor;
   const auto total = static_cast<double>(span.total);
@@ -33,7 +34,8 @@ double one_cycle_lr(const ScheduleOptions& s, double max_lr, int64_t step, const
 
 // Cosine from base_lr (the first step after the warm-up) down to base_lr * final_lr_ratio (the
 // last step), as CosineAnnealingLR with T_max = the steps after the warm-up - 1.
-double cosine_lr(const ScheduleOptions& s, double base_lr, int64_t step, const ScheduleSpan& span) {
+double cosine_lr(const TypeOptions& own, double base_lr, int64_t step, const ScheduleSpan& span) {
+  const auto& s = dynamic_cast<const CosineKeys&>(own);
   const auto steps = static_cast<double>(std::max<int64_t>(1, span.total - span.warmup - 1));
   const double t = std::min(1.0, static_cast<double>(step - span.warmup) / steps);
   const double floor = base_lr * s.final_lr_ratio;
@@ -41,7 +43,8 @@ double cosine_lr(const ScheduleOptions& s, double base_lr, int64_t step, const S
 }
 
 // base_lr * gamma^(the milestones, in epochs, reached), as MultiStepLR.
-double step_lr(const ScheduleOptions& s, double base_lr, int64_t step, const ScheduleSpan& span) {
+double step_lr(const TypeOptions& own, double base_lr, int64_t step, const ScheduleSpan& span) {
+  const auto& s = dynamic_cast<const StepKeys&>(own);
   int passed = 0;
   for (const int64_t m : s.milestones) passed += step >= m * span.steps_per_epoch;
   return base_lr * std::pow(s.gamma, passed);
@@ -49,13 +52,42 @@ double step_lr(const ScheduleOptions& s, double base_lr, int64_t step, const Sch
 
 }  // namespace
 
+void CosineKeys::visit(OptionsVisitor& v) { v.field("final_lr_ratio", final_lr_ratio, rules::unit_closed()); }
+
+void StepKeys::visit(OptionsVisitor& v) {
+  v.field("milestones", milestones, rules::items(rules::at_least(1), 0));
+  v.field("gamma", gamma, rules::number("a number in (0, 1]", 0, 1, true));
+}
+
+void StepKeys::check() const {
+  if (milestones.empty()) STOKER_FAIL("milestones must list at least one epoch, e.g. milestones: [30, 60, 80]");
+  for (size_t i = 1; i < milestones.size(); ++i) {
+    if (milestones[i] <= milestones[i - 1]) {
+      STOKER_FAIL("milestones must increase: {} after {} at [{}]", milestones[i], milestones[i - 1], i);
+    }
+  }
+}
+
+void OneCycleKeys::visit(OptionsVisitor& v) {
+  v.field("pct_start", pct_start, rules::number("a number in (0, 1)", 0, 1, true, true));
+  v.field("div_factor", div_factor, rules::number("a number >= 1", 1));
+  v.field("final_div_factor", final_div_factor, rules::number("a number >= 1", 1));
+}
+
+ScheduleOptions make_schedule(const std::string& type) {
+  ScheduleOptions s;
+  s.curve = TypedOptions(type, schedule_registry().get(type).options());
+  return s;
+}
+
 Registry<ScheduleType>& schedule_registry() {
   static Registry<ScheduleType>* registry = [] {
     auto* r = new Registry<ScheduleType>("schedule");
-    r->add("constant", {[](const ScheduleOptions&, double lr, int64_t, const ScheduleSpan&) { return lr; }});
-    r->add("cosine", {cosine_lr});
-    r->add("step", {step_lr});
-    r->add("one_cycle", {one_cycle_lr, /*own_warmup=*/true});
+    r->add("constant", {options_of<NoOptions>(),
+                        [](const TypeOptions&, double lr, int64_t, const ScheduleSpan&) { return lr; }});
+    r->add("cosine", {options_of<CosineKeys>(), cosine_lr});
+    r->add("step", {options_of<StepKeys>(), step_lr});
+    r->add("one_cycle", {options_of<OneCycleKeys>(), one_cycle_lr, /*own_warmup=*/true});
     return r;
   }();
   return *registry;
@@ -66,7 +98,7 @@ double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step, int6
   STOKER_CHECK(steps_per_epoch > 0 && epochs > 0 && step >= 0,
                "scheduled_lr: step {} of {} epochs of {} steps is out of range", step, epochs,
                steps_per_epoch);
-  const ScheduleType type = schedule_registry().get(s.type);
+  const ScheduleType type = schedule_registry().get(s.curve.type());
   ScheduleSpan span;
   span.steps_per_epoch = steps_per_epoch;
   span.total = steps_per_epoch * epochs;
@@ -74,7 +106,7 @@ double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step, int6
     span.warmup = static_cast<int64_t>(std::llround(s.warmup_epochs * static_cast<double>(steps_per_epoch)));
     if (step < span.warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(span.warmup);
   }
-  return type.lr(s, base_lr, step, span);
+  return type.lr(s.curve.options(), base_lr, step, span);
 }
 
 

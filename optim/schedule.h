@@ -19,22 +19,41 @@
 #include <cstdint>
 #include <functional>
 
+#include "common/options.h"
 #include "common/registry.h"
 #include <string>
 #include <vector>
 
 namespace stoker {
 
-struct ScheduleOptions {
-  std::string type = "cosine";  // constant | cosine | step | one_cycle (see trainer/schedule.h)
-  double warmup_epochs = 0.0;   // linear warm-up before constant, cosine and step
-  double final_lr_ratio = 0.0;  // cosine ends at lr * final_lr_ratio
-  std::vector<int64_t> milestones;  // step: the epochs at which the lr is multiplied by gamma
-  double gamma = 0.1;               // step
-  double pct_start = 0.3;           // one_cycle: share of the steps spent rising to lr
-  double div_factor = 25.0;         // one_cycle: starts at lr / div_factor
-  double final_div_factor = 1e4;    // one_cycle: ends at lr / div_factor / final_div_factor
+// cosine's own key.
+struct CosineKeys : TypeOptionsOf<CosineKeys> {
+  double final_lr_ratio = 0.0;  // ends at lr * final_lr_ratio
+  void visit(OptionsVisitor& v) override;
 };
+// step's own keys: at each milestone (an epoch) the learning rate is multiplied by gamma.
+struct StepKeys : TypeOptionsOf<StepKeys> {
+  std::vector<int64_t> milestones;
+  double gamma = 0.1;
+  void visit(OptionsVisitor& v) override;
+  void check() const override;  // at least one milestone, increasing
+};
+// one_cycle's own keys (torch.optim.lr_scheduler.OneCycleLR's).
+struct OneCycleKeys : TypeOptionsOf<OneCycleKeys> {
+  double pct_start = 0.3;         // share of the steps spent rising to lr
+  double div_factor = 25.0;       // starts at lr / div_factor
+  double final_div_factor = 1e4;  // ends at lr / div_factor / final_div_factor
+  void visit(OptionsVisitor& v) override;
+};
+
+struct ScheduleOptions {
+  // schedule.type (constant | cosine | step | one_cycle, or registered) and its own keys beside it.
+  TypedOptions curve{"cosine", std::make_unique<CosineKeys>()};
+  double warmup_epochs = 0.0;  // linear warm-up before the curve (not for types with their own)
+};
+
+// A schedule of a registered type with its default keys, e.g. make_schedule("step").
+ScheduleOptions make_schedule(const std::string& type);
 
 
 // The steps a schedule spans, in optimizer steps.
@@ -46,12 +65,14 @@ struct ScheduleSpan {
 
 // A schedule.type: its learning rate at `step` (0-based, past the warm-up unless own_warmup).
 struct ScheduleType {
-  std::function<double(const ScheduleOptions&, double base_lr, int64_t step, const ScheduleSpan&)> lr;
+  OptionsMaker options = options_of<NoOptions>();  // the type's own keys
+  // `own` is the type's options struct (made by `options`).
+  std::function<double(const TypeOptions& own, double base_lr, int64_t step, const ScheduleSpan&)> lr;
   bool own_warmup = false;  // the linear warm-up does not apply; schedule.warmup_epochs must be 0
 };
 
-// The schedule types by name: constant, cosine, step, one_cycle; applications may add their own
-// (they are then accepted as schedule.type, reading the schedule.* keys they need).
+// The schedule types by name: constant, cosine, step, one_cycle; applications may add their own,
+// with their own keys: schedule_registry().add("name", {options_of<MyKeys>(), lr_function}).
 Registry<ScheduleType>& schedule_registry();
 
 // The learning rate for optimizer step `step` (0-based) of a run of `epochs` epochs of

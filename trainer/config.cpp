@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
+#include "optim/schedule.h"
 #include "trainer/yaml_options.h"
 
 namespace stoker {
@@ -104,18 +105,9 @@ void visit_optimizer(Config& c, V& v) {
 
 template <typename V>
 void visit_schedule(Config& c, V& v) {
-  Rule known_schedule = non_empty();
-  known_schedule.expected =
-      fmt::format("a registered schedule type ({})", fmt::join(schedule_registry().names(), ", "));
-  known_schedule.accepts = [](const std::string& s) { return schedule_registry().contains(s); };
-  v.field("type", c.schedule.type, known_schedule);
+  static const TypeCatalog schedules = catalog_of(schedule_registry(), "schedule");
+  v.typed(c.schedule.curve, schedules, TypedLayout::kBeside);
   v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
-  v.field("final_lr_ratio", c.schedule.final_lr_ratio, unit_closed());
-  v.field("milestones", c.schedule.milestones, items(at_least(1), 0));
-  v.field("gamma", c.schedule.gamma, number("a number in (0, 1]", 0, 1, true));
-  v.field("pct_start", c.schedule.pct_start, number("a number in (0, 1)", 0, 1, true, true));
-  v.field("div_factor", c.schedule.div_factor, number("a number >= 1", 1));
-  v.field("final_div_factor", c.schedule.final_div_factor, number("a number >= 1", 1));
 }
 
 template <typename V>
@@ -200,24 +192,11 @@ void check_batching(const Config& c, const Fail& fail) {
   }
 }
 
+// The step schedule's milestones against the run's length (StepKeys checks them on their own).
 void check_milestones(const Config& c, const Fail& fail) {
-  const auto& milestones = c.schedule.milestones;
-  if (c.schedule.type != "step") {
-    if (!milestones.empty()) {
-      fail(fmt::format("schedule.milestones is used by schedule.type: step only, not {}; remove it",
-                       c.schedule.type));
-    }
-    return;
-  }
-  if (milestones.empty()) {
-    fail("schedule.milestones must list at least one epoch for schedule.type: step, e.g. "
-         "milestones: [30, 60, 80]");
-  }
+  if (c.schedule.curve.type() != "step") return;
+  const auto& milestones = c.schedule.curve.as<StepKeys>().milestones;
   for (size_t i = 0; i < milestones.size(); ++i) {
-    if (i > 0 && milestones[i] <= milestones[i - 1]) {
-      fail(fmt::format("schedule.milestones must increase: {} after {} at [{}]", milestones[i],
-                       milestones[i - 1], i));
-    }
     if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
       fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
                        "schedule.warmup_epochs ({}) and below train.epochs ({})",
@@ -232,9 +211,10 @@ void check_schedule_and_metrics(const Config& c, const Fail& fail) {
                      c.schedule.warmup_epochs, c.train.epochs));
   }
   check_milestones(c, fail);
-  if (schedule_registry().get(c.schedule.type).own_warmup && c.schedule.warmup_epochs > 0) {
-    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0",
-                     c.schedule.type, c.schedule.type == "one_cycle" ? " (schedule.pct_start)" : ""));
+  const std::string& type = c.schedule.curve.type();
+  if (schedule_registry().get(type).own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", type,
+                     type == "one_cycle" ? " (schedule.pct_start)" : ""));
   }
   auto check_ema_metric = [&](const char* key, const std::string& metric) {
     if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {

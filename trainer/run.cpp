@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
+#include "optim/schedule.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
 
@@ -125,17 +126,22 @@ namespace {
 // One line on the learning-rate schedule, for the log.
 std::string describe_schedule(const Config& config) {
   const ScheduleOptions& s = config.schedule;
+  const std::string& type = s.curve.type();
   const std::string warmup =
       s.warmup_epochs > 0 ? fmt::format("{:g} warm-up epoch(s), then ", s.warmup_epochs) : "";
-  if (s.type == "cosine") return fmt::format("{}cosine down to {:g} x lr", warmup, s.final_lr_ratio);
-  if (s.type == "step") {
-    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, s.gamma, fmt::join(s.milestones, ", "));
+  if (type == "cosine") {
+    return fmt::format("{}cosine down to {:g} x lr", warmup, s.curve.as<CosineKeys>().final_lr_ratio);
   }
-  if (s.type == "one_cycle") {
+  if (type == "step") {
+    const auto& k = s.curve.as<StepKeys>();
+    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, k.gamma, fmt::join(k.milestones, ", "));
+  }
+  if (type == "one_cycle") {
+    const auto& k = s.curve.as<OneCycleKeys>();
     return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}",
-                       s.div_factor, s.pct_start, s.div_factor * s.final_div_factor);
+                       k.div_factor, k.pct_start, k.div_factor * k.final_div_factor);
   }
-  return warmup + "constant";
+  return warmup + type;
 }
 
 // The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.

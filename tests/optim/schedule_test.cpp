@@ -26,9 +26,8 @@ std::vector<double> curve(const ScheduleOptions& s, double lr, int64_t steps_per
 }
 
 TEST(Schedule, WarmupThenCosine) {
-  ScheduleOptions s;
-  s.type = "cosine";
-  s.final_lr_ratio = 0.1;
+  ScheduleOptions s = make_schedule("cosine");
+  s.curve.as<CosineKeys>().final_lr_ratio = 0.1;
   s.warmup_epochs = 2;  // 4 steps of 2 per epoch; 14 steps in all
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 0, 2, 7), 0.25);
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 3, 2, 7), 1.0);
@@ -37,17 +36,16 @@ TEST(Schedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 13, 2, 7), 0.1);
   const auto c = curve(s, 1.0, 2, 7);
   for (size_t i = 5; i < c.size(); ++i) EXPECT_LT(c[i], c[i - 1]) << "step " << i;
-  s.type = "constant";
+  s.curve = make_schedule("constant").curve;
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 0.5, 1, 2, 7), 0.25);
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 0.5, 10, 2, 7), 0.5);
 }
 
 TEST(Schedule, StepDropsByGammaAtEachMilestoneAfterTheWarmup) {
-  ScheduleOptions s;
-  s.type = "step";
+  ScheduleOptions s = make_schedule("step");
   s.warmup_epochs = 1;
-  s.milestones = {2, 5};
-  s.gamma = 0.1;
+  s.curve.as<StepKeys>().milestones = {2, 5};
+  s.curve.as<StepKeys>().gamma = 0.1;
   const int64_t per_epoch = 4;
   const auto c = curve(s, 2.0, per_epoch, 7);
   EXPECT_DOUBLE_EQ(c[0], 0.5);  // warm-up: 2.0 * 1/4
@@ -65,11 +63,11 @@ TEST(Schedule, StepDropsByGammaAtEachMilestoneAfterTheWarmup) {
 }
 
 TEST(Schedule, OneCycleRisesToTheLrAtPctStartThenAnnealsToItsFloor) {
-  ScheduleOptions s;
-  s.type = "one_cycle";
-  s.pct_start = 0.25;
-  s.div_factor = 20;
-  s.final_div_factor = 50;
+  ScheduleOptions s = make_schedule("one_cycle");
+  auto& k = s.curve.as<OneCycleKeys>();
+  k.pct_start = 0.25;
+  k.div_factor = 20;
+  k.final_div_factor = 50;
   const auto c = curve(s, 1.0, 10, 4);  // 40 steps; the peak is step 0.25 * 40 - 1 = 9
   EXPECT_NEAR(c.front(), 1.0 / 20, 1e-15);
   EXPECT_NEAR(c[9], 1.0, 1e-15);
@@ -77,7 +75,7 @@ TEST(Schedule, OneCycleRisesToTheLrAtPctStartThenAnnealsToItsFloor) {
   for (size_t i = 1; i <= 9; ++i) EXPECT_GT(c[i], c[i - 1]) << "step " << i;
   for (size_t i = 10; i < c.size(); ++i) EXPECT_LT(c[i], c[i - 1]) << "step " << i;
   EXPECT_NEAR(scheduled_lr(s, 1.0, 45, 10, 4), c.back(), 1e-15) << "past the end: stays at the floor";
-  s.pct_start = 0.01;  // 0.4 steps to warm up in
+  k.pct_start = 0.01;  // 0.4 steps to warm up in
   EXPECT_THROW(scheduled_lr(s, 1.0, 0, 10, 4), Error);
 }
 
@@ -96,19 +94,18 @@ TEST(Schedule, LinearScalingWithTheGlobalBatch) {
 
 TEST(Schedule, ApplicationsRegisterTheirOwn) {
   if (!schedule_registry().contains("test_halving")) {
-    schedule_registry().add("test_halving", {[](const ScheduleOptions&, double lr, int64_t step, const ScheduleSpan& span) {
-      return lr * std::pow(0.5, static_cast<double>(step / span.steps_per_epoch));
-    }});
+    schedule_registry().add("test_halving", {options_of<NoOptions>(), [](const TypeOptions&, double lr, int64_t step,
+                                                                          const ScheduleSpan& span) {
+                              return lr * std::pow(0.5, static_cast<double>(step / span.steps_per_epoch));
+                            }});
   }
-  ScheduleOptions s;
-  s.type = "test_halving";
+  ScheduleOptions s = make_schedule("test_halving");
   s.warmup_epochs = 1;
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 0, 4, 3), 0.25);  // the warm-up applies
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 9, 4, 3), 0.25);
-  EXPECT_EQ(parse_config("schedule: {type: test_halving}\n", "r.yaml").schedule.type, "test_halving");
+  EXPECT_EQ(parse_config("schedule: {type: test_halving}\n", "r.yaml").schedule.curve.type(), "test_halving");
   EXPECT_THROW(schedule_registry().add("cosine", {}), Error);
-  s.type = "nonesuch";
-  EXPECT_CONTAINS(stoker::testing::error_of([&] { scheduled_lr(s, 1.0, 0, 4, 3); }),
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { make_schedule("nonesuch"); }),
                   "unknown schedule type 'nonesuch'; known: constant, cosine, one_cycle, step");
 }
 
@@ -148,16 +145,22 @@ std::vector<GoldenCase> parse_golden(const std::string& text) {
 }
 
 ScheduleOptions options_of(const GoldenCase& c) {
-  ScheduleOptions s;
-  s.type = c.fields.at("type");
+  ScheduleOptions s = make_schedule(c.fields.at("type"));
   s.warmup_epochs = std::stod(c.fields.at("warmup_epochs"));
-  s.final_lr_ratio = std::stod(c.fields.at("final_lr_ratio"));
-  s.gamma = std::stod(c.fields.at("gamma"));
-  s.pct_start = std::stod(c.fields.at("pct_start"));
-  s.div_factor = std::stod(c.fields.at("div_factor"));
-  s.final_div_factor = std::stod(c.fields.at("final_div_factor"));
-  std::istringstream milestones(c.fields.at("milestones"));
-  for (std::string m; std::getline(milestones, m, ',');) s.milestones.push_back(std::stoll(m));
+  const std::string& type = c.fields.at("type");
+  if (type == "cosine") s.curve.as<CosineKeys>().final_lr_ratio = std::stod(c.fields.at("final_lr_ratio"));
+  if (type == "step") {
+    auto& k = s.curve.as<StepKeys>();
+    k.gamma = std::stod(c.fields.at("gamma"));
+    std::istringstream milestones(c.fields.at("milestones"));
+    for (std::string m; std::getline(milestones, m, ',');) k.milestones.push_back(std::stoll(m));
+  }
+  if (type == "one_cycle") {
+    auto& k = s.curve.as<OneCycleKeys>();
+    k.pct_start = std::stod(c.fields.at("pct_start"));
+    k.div_factor = std::stod(c.fields.at("div_factor"));
+    k.final_div_factor = std::stod(c.fields.at("final_div_factor"));
+  }
   return s;
 }
 
@@ -177,7 +180,7 @@ TEST(SchedulePython, EveryCurveEqualsTorchsSchedulers) {
   for (const GoldenCase& c : cases) {
     SCOPED_TRACE(c.name);
     const ScheduleOptions s = options_of(c);
-    types.insert(s.type);
+    types.insert(s.curve.type());
     const double lr = std::stod(c.fields.at("lr"));
     const int64_t per_epoch = std::stoll(c.fields.at("steps_per_epoch"));
     const int64_t epochs = std::stoll(c.fields.at("epochs"));

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "models/compact_resnet.h"
+#include "optim/schedule.h"
 #include "data/transform_options.h"
 #include "test_util.h"
 
@@ -214,9 +215,9 @@ train:
 checkpoint: {best_metric: test_top5}
 )", "r.yaml");
   EXPECT_EQ(c.optimizer.lr_reference_batch, 256);
-  EXPECT_EQ(c.schedule.type, "step");
-  EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{3, 6, 8}));
-  EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.2);
+  EXPECT_EQ(c.schedule.curve.type(), "step");
+  EXPECT_EQ(c.schedule.curve.as<StepKeys>().milestones, (std::vector<int64_t>{3, 6, 8}));
+  EXPECT_DOUBLE_EQ(c.schedule.curve.as<StepKeys>().gamma, 0.2);
   EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.9998);
   EXPECT_TRUE(c.train.ema_warmup);
   EXPECT_EQ(c.train.early_stopping.metric, "ema_test_loss");
@@ -226,15 +227,16 @@ checkpoint: {best_metric: test_top5}
   EXPECT_EQ(config_to_yaml(parse_config(config_to_yaml(c), "again.yaml")), config_to_yaml(c));
   const Config one_cycle = parse_config(
       "schedule: {type: one_cycle, pct_start: 0.25, div_factor: 10, final_div_factor: 100}\n", "r.yaml");
-  EXPECT_DOUBLE_EQ(one_cycle.schedule.pct_start, 0.25);
-  EXPECT_DOUBLE_EQ(one_cycle.schedule.final_div_factor, 100);
-  EXPECT_TRUE(config_to_yaml(one_cycle).find("milestones: []") != std::string::npos) << config_to_yaml(one_cycle);
+  EXPECT_DOUBLE_EQ(one_cycle.schedule.curve.as<OneCycleKeys>().pct_start, 0.25);
+  EXPECT_DOUBLE_EQ(one_cycle.schedule.curve.as<OneCycleKeys>().final_div_factor, 100);
+  // The resolved config holds one_cycle's keys, not the other types'.
+  EXPECT_TRUE(config_to_yaml(one_cycle).find("milestones") == std::string::npos) << config_to_yaml(one_cycle);
 
   EXPECT_EQ(error_of("schedule: {type: step}\n"),
-            "recipe.yaml: schedule.milestones must list at least one epoch for schedule.type: step, "
-            "e.g. milestones: [30, 60, 80]");
+            "recipe.yaml: schedule at line 1: milestones must list at least one epoch, e.g. milestones: "
+            "[30, 60, 80]");
   EXPECT_EQ(error_of("schedule: {type: step, milestones: [3, 3]}\n"),
-            "recipe.yaml: schedule.milestones must increase: 3 after 3 at [1]");
+            "recipe.yaml: schedule at line 1: milestones must increase: 3 after 3 at [1]");
   EXPECT_EQ(error_of("schedule: {type: step, milestones: [4, 12]}\ntrain: {epochs: 12}\n"),
             "recipe.yaml: schedule.milestones[1] (12) must be within the run: at least "
             "schedule.warmup_epochs (0) and below train.epochs (12)");
@@ -242,13 +244,14 @@ checkpoint: {best_metric: test_top5}
             "recipe.yaml: schedule.milestones[0] (1) must be within the run: at least "
             "schedule.warmup_epochs (2) and below train.epochs (10)");
   EXPECT_EQ(error_of("schedule: {milestones: [2]}\n"),
-            "recipe.yaml: schedule.milestones is used by schedule.type: step only, not cosine; remove it");
+            "recipe.yaml: schedule.milestones at line 1: schedule type 'cosine' has no key 'milestones'; it "
+            "takes: final_lr_ratio, type, warmup_epochs");
   EXPECT_EQ(error_of("schedule: {type: step, milestones: [0]}\n"),
             "recipe.yaml: schedule.milestones[0] at line 1: expected an integer >= 1, got \"0\"");
   EXPECT_EQ(error_of("schedule: {type: one_cycle, warmup_epochs: 1}\n"),
             "recipe.yaml: schedule.type: one_cycle warms up by itself (schedule.pct_start); set "
             "schedule.warmup_epochs: 0");
-  EXPECT_EQ(error_of("schedule: {pct_start: 1}\n"),
+  EXPECT_EQ(error_of("schedule: {type: one_cycle, pct_start: 1}\n"),
             "recipe.yaml: schedule.pct_start at line 1: expected a number in (0, 1), got \"1\"");
   EXPECT_EQ(error_of("schedule: {type: linear}\n"),
             "recipe.yaml: schedule.type at line 1: expected a registered schedule type (constant, "

@@ -171,10 +171,9 @@ TEST_F(TrainerTest, EmaIsEvaluatedEachEpochAndResumesExactly) {
 
 TEST_F(TrainerTest, LrAtCountsOptimizerStepsAndScalesWithTheGlobalBatch) {
   Config config = stoker::testing::tiny_config(data_.path(), runs_.path());
-  config.schedule.type = "step";
-  config.schedule.warmup_epochs = 0;
-  config.schedule.milestones = {2};
-  config.schedule.gamma = 0.5;
+  config.schedule = make_schedule("step");
+  config.schedule.curve.as<StepKeys>().milestones = {2};
+  config.schedule.curve.as<StepKeys>().gamma = 0.5;
   config.optimizer.lr_reference_batch = 16;  // batch 32: twice optimizer.lr
   auto trainer = make_trainer(config, 1);
   ASSERT_EQ(trainer->steps_per_epoch(), 20);
@@ -278,7 +277,7 @@ class MixedPrecisionTest : public TrainerTest {
     Config c = stoker::testing::tiny_config(data_.path(), runs_.path());
     c.data.batch_size = batch;
     c.data.shuffle = false;
-    c.schedule.type = "constant";
+    c.schedule.curve = make_schedule("constant").curve;
     c.schedule.warmup_epochs = 0;
     return c;
   }
