@@ -160,7 +160,7 @@ TEST(ResNet, InitialisedAsTorchvision) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Against torchvision itself, through the libtorch venv's Python (tests/models/resnet_golden.py).
+// Against torchvision itself, through the libtorch venv's Python (tests/golden/resnet_golden.py).
 
 class ResNetPython : public ::testing::Test {
  protected:
@@ -178,7 +178,7 @@ class ResNetPython : public ::testing::Test {
 
   void SetUp() override {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
-    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "resnet_golden.py";
+    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden" / "resnet_golden.py";
     ASSERT_TRUE(fs::exists(script_)) << script_;
   }
 

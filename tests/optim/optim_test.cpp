@@ -1,5 +1,5 @@
 // Stoker's optimizers (fused, foreach, reference) against PyTorch's own SGD and AdamW, run live in
-// the libtorch venv's Python (tests/trainer/optim_golden.py), and gradient clipping.
+// the libtorch venv's Python (tests/golden/optim_golden.py), and gradient clipping.
 #include "optim/optim.h"
 
 #include <gtest/gtest.h>
@@ -99,7 +99,7 @@ TEST(Optimizers, MatchPyTorchGoldenValues) {
   std::string why;
   const fs::path python = testing::venv_python(&why);
   if (python.empty()) GTEST_SKIP() << why;
-  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "optim_golden.py";
+  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden" / "optim_golden.py";
   const std::string command = "'" + python.string() + "' '" + script.string() + "' 2>/dev/null";
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);

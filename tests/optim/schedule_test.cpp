@@ -1,5 +1,5 @@
 // Learning-rate schedules: the curves' shapes, and every curve against PyTorch's own schedulers
-// (tests/trainer/schedule_golden.py, run with the libtorch venv's Python).
+// (tests/golden/schedule_golden.py, run with the libtorch venv's Python).
 #include "optim/schedule.h"
 
 
@@ -165,7 +165,7 @@ TEST(SchedulePython, EveryCurveEqualsTorchsSchedulers) {
   std::string why;
   const fs::path python = stoker::testing::venv_python(&why);
   if (python.empty()) GTEST_SKIP() << why;
-  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "schedule_golden.py";
+  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden" / "schedule_golden.py";
   TempDir tmp;
   const std::string command = "'" + python.string() + "' '" + script.string() + "' >'" +
                               (tmp / "out.txt").string() + "' 2>'" + (tmp / "err.txt").string() + "'";

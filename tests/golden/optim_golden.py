@@ -1,4 +1,4 @@
-"""Golden values for tests/trainer/optim_test.cpp: five steps of PyTorch's own SGD and AdamW on
+"""Golden values for tests/optim/optim_test.cpp: five steps of PyTorch's own SGD and AdamW on
 fixed parameters and gradients (no random numbers, so C++ can make the same ones), with the
 learning rate changed between steps. Prints one line per case: its name, then the final values of
 both parameters, flattened."""

@@ -1,4 +1,4 @@
-"""Golden learning-rate curves from PyTorch's own schedulers, for tests/trainer/schedule_test.cpp.
+"""Golden learning-rate curves from PyTorch's own schedulers, for tests/optim/schedule_test.cpp.
 
 For each case it prints a header line with the case's Stoker settings, then the learning rate of
 every optimizer step as torch.optim.lr_scheduler gives it:
