@@ -12,7 +12,7 @@
 //                   lr / div_factor / final_div_factor; it has its own warm-up
 //
 // Each type is an entry of schedule_registry(); applications may register more. Schedules count
-// optimizer steps. tests/trainer/schedule_golden.py computes the same curves with
+// optimizer steps. tests/golden/schedule_golden.py computes the same curves with
 // torch.optim.lr_scheduler; tests/trainer/schedule_test.cpp compares them.
 #pragma once
 

@@ -1,3 +1,6 @@
+// The torchvision-compatible ResNets: shapes, names and initialisation as torchvision's, logits
+// against torchvision's checked in (tests/golden/resnet_golden.h), and, with the libtorch venv's
+// Python and torchvision, live comparisons both ways (the ResNetPython tests).
 #include "models/resnet.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "golden/resnet_golden.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "test_util.h"
@@ -160,7 +164,99 @@ TEST(ResNet, InitialisedAsTorchvision) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Against torchvision itself, through the libtorch venv's Python (tests/models/resnet_golden.py).
+// Against torchvision, checked in (tests/golden/resnet_golden.h, written by
+// tests/golden/resnet_golden.py): every floating-point state-dict entry and the input come from an
+// integer formula that both sides compute from the entry's name, so no weights are stored.
+
+// Must match PRIME, name_key(), unit(), golden_value() and golden_input() in
+// tests/golden/resnet_golden.py: exact int64 arithmetic (no product reaches 2^63), then correctly
+// rounded double operations, then float32.
+constexpr int64_t kGoldenPrime = 16777213;
+
+int64_t golden_name_key(const std::string& name) {
+  int64_t k = 0;
+  for (unsigned char ch : name) k = (k * 131 + ch) % kGoldenPrime;
+  return k;
+}
+
+torch::Tensor golden_unit(int64_t n, int64_t key) {
+  const torch::Tensor i = torch::arange(n, torch::kInt64);
+  const torch::Tensor h = (i + key).remainder(kGoldenPrime);
+  const torch::Tensor t = (h * h).remainder(kGoldenPrime);
+  const torch::Tensor v = (t * 4194301 + h * 1234567 + 7654321).remainder(kGoldenPrime);
+  return (2 * v + 1).to(torch::kFloat64) / static_cast<double>(kGoldenPrime) - 1.0;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+torch::Tensor golden_value(const std::string& name, torch::IntArrayRef shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const torch::Tensor u = golden_unit(numel, golden_name_key(name)).reshape(shape);
+  torch::Tensor v;
+  if (shape.size() == 4) {  // conv weight: variance 2 / fan_in
+    v = u * std::sqrt(6.0 / static_cast<double>(shape[1] * shape[2] * shape[3]));
+  } else if (shape.size() == 2) {  // fc weight: variance 1 / fan_in
+    v = u * std::sqrt(3.0 / static_cast<double>(shape[1]));
+  } else if (ends_with(name, "running_var")) {
+    v = 1.0 + 0.25 * (u + 1.0);
+  } else if (ends_with(name, "running_mean") || ends_with(name, "bias")) {
+    v = 0.1 * u;
+  } else {  // BN weight
+    v = 1.0 + 0.25 * u;
+  }
+  return v.to(torch::kFloat32);
+}
+
+// Fills every floating-point parameter and buffer by name; returns how many it filled.
+int64_t golden_fill(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  int64_t filled = 0;
+  for (auto& [name, tensor] : state_map(model)) {
+    if (!tensor.is_floating_point()) continue;
+    tensor.copy_(golden_value(name, tensor.sizes()));
+    ++filled;
+  }
+  return filled;
+}
+
+torch::Tensor golden_input(const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  return (2.0 * golden_unit(numel, golden_name_key("input"))).to(torch::kFloat32).reshape(shape);
+}
+
+// Every logit within 1e-4 of the model's largest |logit| (float32 rounding alone differs from a
+// float64 forward pass by about 1e-6 of it).
+TEST(ResNet, MatchesCheckedInTorchvisionLogits) {
+  ASSERT_EQ(golden::resnet_goldens().size(), 2u);  // resnet18 and resnet50
+  for (const golden::ResNetGolden& g : golden::resnet_goldens()) {
+    SCOPED_TRACE(g.type);
+    torch::nn::AnyModule model = build(g.type, g.num_classes, g.input_shape[1]);
+    // The same set of entries as torchvision's state dict (their names are checked above and by
+    // the logits: each entry's values depend on its name).
+    EXPECT_EQ(golden_fill(*model.ptr()), g.filled_tensors);
+    model.ptr()->eval();
+    torch::NoGradGuard no_grad;
+    const torch::Tensor ours = model.forward(golden_input(g.input_shape)).to(torch::kFloat64);
+    const torch::Tensor expected =
+        torch::tensor(g.logits, torch::kFloat64).reshape({g.input_shape[0], g.num_classes});
+    ASSERT_EQ(ours.sizes(), expected.sizes());
+    const double scale = expected.abs().max().item<double>();
+    const double max_diff = (ours - expected).abs().max().item<double>();
+    ::testing::Test::RecordProperty(g.type + "_max_abs_logit_difference", fmt::format("{:.3g}", max_diff));
+    EXPECT_LE(max_diff, 1e-4 * scale) << "ours:\n" << ours << "\ntorchvision:\n" << expected;
+    // The comparison means something only if the logits differ between classes and samples.
+    EXPECT_GT(expected.std().item<double>(), 0.1 * scale);
+    EXPECT_GT((expected[0] - expected[1]).abs().max().item<double>(), 0.1 * scale);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extra, live: against torchvision itself, through the libtorch venv's Python
+// (tests/golden/resnet_golden.py make|check); skipped, saying why, without Python or torchvision.
 
 class ResNetPython : public ::testing::Test {
  protected:
@@ -178,7 +274,7 @@ class ResNetPython : public ::testing::Test {
 
   void SetUp() override {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
-    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "resnet_golden.py";
+    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden" / "resnet_golden.py";
     ASSERT_TRUE(fs::exists(script_)) << script_;
   }
 

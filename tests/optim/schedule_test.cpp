@@ -1,23 +1,19 @@
 // Learning-rate schedules: the curves' shapes, and every curve against PyTorch's own schedulers
-// (tests/trainer/schedule_golden.py, run with the libtorch venv's Python).
+// (checked-in golden values, tests/golden/schedule_golden.h, written by
+// tests/golden/schedule_golden.py).
 #include "optim/schedule.h"
-
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <map>
 #include <set>
-#include <sstream>
 
+#include "golden/schedule_golden.h"
 #include "test_util.h"
 
 namespace stoker {
 namespace {
-namespace fs = std::filesystem;
-using stoker::testing::TempDir;
 
 std::vector<double> curve(const ScheduleOptions& s, double lr, int64_t steps_per_epoch, int64_t epochs) {
   std::vector<double> out;
@@ -109,96 +105,46 @@ TEST(Schedule, ApplicationsRegisterTheirOwn) {
                   "unknown schedule type 'nonesuch'; known: constant, cosine, one_cycle, step");
 }
 
-// ---- against PyTorch -------------------------------------------------------------------------
+// ---- against PyTorch (tests/golden/schedule_golden.h) ----------------------------------------
 
-struct GoldenCase {
-  std::string name;
-  std::map<std::string, std::string> fields;
-  std::vector<double> lrs;
-};
-
-// Parses schedule_golden.py's output: "case NAME key=value..." headers, then "lr STEP VALUE" lines.
-std::vector<GoldenCase> parse_golden(const std::string& text) {
-  std::vector<GoldenCase> cases;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string kind;
-    words >> kind;
-    if (kind == "case") {
-      GoldenCase c;
-      words >> c.name;
-      for (std::string field; words >> field;) {
-        const auto eq = field.find('=');
-        c.fields[field.substr(0, eq)] = field.substr(eq + 1);
-      }
-      cases.push_back(c);
-    } else if (kind == "lr" && !cases.empty()) {
-      size_t step = 0;
-      std::string value;
-      words >> step >> value;
-      EXPECT_EQ(step, cases.back().lrs.size()) << line;
-      cases.back().lrs.push_back(std::stod(value));
-    }
+ScheduleOptions options_of(const golden::ScheduleGolden& c) {
+  ScheduleOptions s = make_schedule(c.type);
+  s.warmup_epochs = c.warmup_epochs;
+  if (c.type == "cosine") s.curve.as<CosineKeys>().final_lr_ratio = c.final_lr_ratio;
+  if (c.type == "step") {
+    s.curve.as<StepKeys>().milestones = c.milestones;
+    s.curve.as<StepKeys>().gamma = c.gamma;
   }
-  return cases;
-}
-
-ScheduleOptions options_of(const GoldenCase& c) {
-  ScheduleOptions s = make_schedule(c.fields.at("type"));
-  s.warmup_epochs = std::stod(c.fields.at("warmup_epochs"));
-  const std::string& type = c.fields.at("type");
-  if (type == "cosine") s.curve.as<CosineKeys>().final_lr_ratio = std::stod(c.fields.at("final_lr_ratio"));
-  if (type == "step") {
-    auto& k = s.curve.as<StepKeys>();
-    k.gamma = std::stod(c.fields.at("gamma"));
-    std::istringstream milestones(c.fields.at("milestones"));
-    for (std::string m; std::getline(milestones, m, ',');) k.milestones.push_back(std::stoll(m));
-  }
-  if (type == "one_cycle") {
+  if (c.type == "one_cycle") {
     auto& k = s.curve.as<OneCycleKeys>();
-    k.pct_start = std::stod(c.fields.at("pct_start"));
-    k.div_factor = std::stod(c.fields.at("div_factor"));
-    k.final_div_factor = std::stod(c.fields.at("final_div_factor"));
+    k.pct_start = c.pct_start;
+    k.div_factor = c.div_factor;
+    k.final_div_factor = c.final_div_factor;
   }
   return s;
 }
 
-TEST(SchedulePython, EveryCurveEqualsTorchsSchedulers) {
-  std::string why;
-  const fs::path python = stoker::testing::venv_python(&why);
-  if (python.empty()) GTEST_SKIP() << why;
-  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "schedule_golden.py";
-  TempDir tmp;
-  const std::string command = "'" + python.string() + "' '" + script.string() + "' >'" +
-                              (tmp / "out.txt").string() + "' 2>'" + (tmp / "err.txt").string() + "'";
-  ASSERT_EQ(stoker::testing::shell(command), 0)
-      << command << "\n" << stoker::testing::read_bytes(tmp / "err.txt");
-  const std::vector<GoldenCase> cases = parse_golden(stoker::testing::read_bytes(tmp / "out.txt"));
-
+TEST(Schedule, EveryCurveEqualsTorchsSchedulers) {
   std::set<std::string> types;
-  for (const GoldenCase& c : cases) {
+  for (const golden::ScheduleGolden& c : golden::schedule_goldens()) {
     SCOPED_TRACE(c.name);
     const ScheduleOptions s = options_of(c);
     types.insert(s.curve.type());
-    const double lr = std::stod(c.fields.at("lr"));
-    const int64_t per_epoch = std::stoll(c.fields.at("steps_per_epoch"));
-    const int64_t epochs = std::stoll(c.fields.at("epochs"));
-    ASSERT_EQ(static_cast<int64_t>(c.lrs.size()), per_epoch * epochs);
+    ASSERT_EQ(static_cast<int64_t>(c.lrs.size()), c.steps_per_epoch * c.epochs);
     double worst = 0;
     for (size_t i = 0; i < c.lrs.size(); ++i) {
-      const double ours = scheduled_lr(s, lr, static_cast<int64_t>(i), per_epoch, epochs);
+      const double ours = scheduled_lr(s, c.lr, static_cast<int64_t>(i), c.steps_per_epoch, c.epochs);
       const double theirs = c.lrs[i];
-      // Relative to the larger value; a curve that ends at exactly 0 is compared to lr * 1e-15
+      // Relative to the larger value; a curve that ends at exactly 0 is compared to lr * 1e-6
       // there (torch's chained cosine reaches 0 only up to rounding).
-      const double error = std::abs(ours - theirs) / std::max({std::abs(ours), std::abs(theirs), lr * 1e-6});
+      const double error = std::abs(ours - theirs) / std::max({std::abs(ours), std::abs(theirs), c.lr * 1e-6});
       worst = std::max(worst, error);
       EXPECT_LE(error, 1e-9) << "step " << i << ": ours " << ours << ", torch " << theirs;
     }
     ::testing::Test::RecordProperty(c.name + "_max_relative_error", fmt::format("{:.3g}", worst));
   }
   EXPECT_EQ(types, (std::set<std::string>{"constant", "cosine", "step", "one_cycle"}));
-  EXPECT_GE(cases.size(), 8u);
+  EXPECT_GE(golden::schedule_goldens().size(), 8u);
 }
 
 }  // namespace
