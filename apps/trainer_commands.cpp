@@ -126,7 +126,7 @@ int bench_step(const Args& args) {
   const stoker::Config& config = *loaded;
   auto& log = stoker::logger();
   log.info("bench-step: {} (model {}, precision {}, channels_last {}, cuda_graph {}, batch {})", args.config,
-           config.model.type(), config.train.precision, config.train.channels_last, config.train.cuda_graph,
+           config.model.type(), precision_name(config.train.precision), config.train.channels_last, config.train.cuda_graph,
            config.data.batch_size);
   const stoker::StepBenchResult r = stoker::bench_train_step(config, args.steps);
   std::printf("ms/step   %10.3f   (%lld steps in %.2f s on %s%s)\n", r.ms_per_step, (long long)r.steps,
@@ -134,7 +134,7 @@ int bench_step(const Args& args) {
   std::printf("samples/s %10.1f\n", r.samples_per_s);
   std::printf("%s\n", stoker::JsonLine()
                           .add("model", config.model.type())
-                          .add("precision", config.train.precision)
+                          .add("precision", precision_name(config.train.precision))
                           .add("channels_last", config.train.channels_last)
                           .add("cuda_graph", r.graph)
                           .add("batch_size", r.batch_size)

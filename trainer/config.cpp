@@ -113,7 +113,9 @@ void visit_schedule(Config& c, V& v) {
 template <typename V>
 void visit_train(Config& c, V& v) {
   v.field("epochs", c.train.epochs, at_least(1));
-  v.field("precision", c.train.precision, one_of({"fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}));
+  choice(v, "precision", c.train.precision,
+         {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16-mixed", Precision::kBf16Mixed},
+          {"fp16-mixed", Precision::kFp16Mixed}, {"bf16-true", Precision::kBf16True}});
   v.section("loss_scale", [&] {
     v.field("init_scale", c.train.loss_scale.init_scale, positive());
     v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));

@@ -17,6 +17,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "trainer/precision.h"
 
 namespace stoker {
 
@@ -43,7 +44,7 @@ struct EarlyStoppingOptions {
 
 struct TrainOptions {
   int64_t epochs = 10;
-  std::string precision = "fp32";  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true
+  Precision precision = Precision::kFp32;  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true
   LossScaleOptions loss_scale;     // used by fp16-mixed
   // Gradient accumulation: one optimizer step every `accumulate_steps` batches, or, when
   // `effective_batch_size` is set, as many batches as make that many samples per optimizer step

@@ -78,7 +78,7 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->channels());
-  const Precision precision = parse_precision(config.train.precision);
+  const Precision precision = config.train.precision;
   prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(checkpoint, *model.ptr(), nullptr, device);
   model.ptr()->eval();
@@ -121,7 +121,7 @@ std::unique_ptr<PredictModel> load_model_for_predict(const Config& config, const
                                                      int64_t channels, torch::Device device) {
   auto m = std::make_unique<PredictModel>();
   m->model = make_model(config, channels);
-  prepare_model(*m->model.ptr(), device, parse_precision(config.train.precision), config.train.channels_last);
+  prepare_model(*m->model.ptr(), device, config.train.precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(r.checkpoint, *m->model.ptr(), nullptr, device);
   if (r.use_ema) {
     STOKER_CHECK(!content.ema.empty(),
@@ -162,7 +162,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
   const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, channels, device);
-  const Precision precision = parse_precision(config.train.precision);
+  const Precision precision = config.train.precision;
   torch::NoGradGuard no_grad;
 
   // The same per-sample pipeline and normalisation as the loader's: read -> decode (only the region

@@ -22,7 +22,7 @@ void prepare_model(torch::nn::Module& model, torch::Device device, Precision pre
 TrainerOptions trainer_options(const Config& config, torch::Device device) {
   TrainerOptions o;
   o.epochs = config.train.epochs;
-  o.precision = parse_precision(config.train.precision);
+  o.precision = config.train.precision;
   o.accumulate_steps = accumulate_steps_of(config);
   o.batch_size = config.data.batch_size;
   o.grad_clip_norm = config.train.grad_clip_norm;
@@ -34,7 +34,7 @@ TrainerOptions trainer_options(const Config& config, torch::Device device) {
 
 TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
                         int64_t steps_per_epoch) {
-  const Precision precision = parse_precision(config.train.precision);
+  const Precision precision = config.train.precision;
   prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   TrainerParts parts;
   parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), device);

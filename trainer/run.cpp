@@ -67,7 +67,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<
   context.channels_last = config.train.channels_last;
   // Mixed and bf16-true precision get their inputs in the compute dtype straight from the loader
   // (half the bytes; autocast would round them to it anyway at the first layer).
-  const Precision precision = parse_precision(config.train.precision);
+  const Precision precision = config.train.precision;
   if (is_mixed(precision) || precision == Precision::kBf16True) {
     context.input_dtype = is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision);
   }

@@ -57,7 +57,7 @@ TEST(Evaluate, CheckpointsOfEveryPrecisionEvaluateAsTheirRunDid) {
     TrainRequest request;
     request.config = stoker::testing::tiny_config(data.path(), runs.path());
     request.config.train.epochs = 1;
-    request.config.train.precision = precision;
+    request.config.train.precision = parse_precision(precision);
     const TrainOutcome out = run_training(request);
     const fs::path last = out.run_dir / "checkpoints" / "last.pt";
     const CheckpointEvaluation eval = evaluate_checkpoint(request.config, last);

@@ -355,7 +355,7 @@ TEST_F(TrainerTest, AccumulationStepsOncePerGroupAndAtTheEndOfTheEpoch) {
 TEST_F(TrainerTest, Bf16MixedOnTheCpuLearns) {
   TrainRequest request;
   request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
-  request.config.train.precision = "bf16-mixed";
+  request.config.train.precision = Precision::kBf16Mixed;
   const TrainOutcome out = run_training(request);
   EXPECT_GT(out.final_test.top1, 0.9) << "bf16-mixed did not learn an easy problem";
 }
@@ -363,7 +363,7 @@ TEST_F(TrainerTest, Bf16MixedOnTheCpuLearns) {
 // bf16-true: parameters, gradients and optimizer state are bfloat16; it still learns.
 TEST_F(MixedPrecisionTest, Bf16TrueKeepsEverythingInBfloat16AndLearns) {
   Config c = config(32);
-  c.train.precision = "bf16-true";
+  c.train.precision = Precision::kBf16True;
   auto t = trainer(c);
   for (const auto& p : t->module().parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
   const auto all = batches(*t, c, 20);
@@ -381,7 +381,7 @@ TEST_F(MixedPrecisionTest, Bf16TrueKeepsEverythingInBfloat16AndLearns) {
 TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
   TrainRequest request;
   request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
-  request.config.train.precision = "fp16-mixed";
+  request.config.train.precision = Precision::kFp16Mixed;
   request.config.train.loss_scale.init_scale = 1024;
   request.config.train.loss_scale.growth_interval = 7;  // 20 steps per epoch: grows twice per epoch
   request.config.train.grad_clip_norm = 5.0;            // unscale before clipping, in the loop
@@ -460,7 +460,7 @@ TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
   for (const char* precision : {"fp32", "bf16-mixed", "fp16-mixed"}) {
     Config c = config(32);
     c.run.device = "cuda";
-    c.train.precision = precision;
+    c.train.precision = parse_precision(precision);
     c.train.grad_clip_norm = 1.0;
     Config g = c;
     g.train.cuda_graph = true;
