@@ -162,8 +162,7 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim
              OptimizerImpl impl)
     : torch::optim::AdamW(groups, defaults),
       impl_(impl),
-      lr_(device_lr(param_groups(), impl, defaults.lr())),
-      steps_(torch::zeros({1}, torch::TensorOptions().device(device_of(param_groups())).dtype(torch::kFloat32))) {}
+      lr_(device_lr(param_groups(), impl, defaults.lr())) {}
 
 void AdamW::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
 
@@ -176,29 +175,16 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
   torch::NoGradGuard no_grad;
   if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::AdamW>(*this, grad_scale, found_inf);
   if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
-  // One step counter for all parameters (they always step together); a skipped step takes it back.
-  steps_.add_(1);
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "stoker::AdamW does not support amsgrad");
     GroupTensors t = with_grads(group);
     if (t.params.empty()) continue;
-    std::vector<torch::Tensor> exp_avgs, exp_avg_sqs;
-    for (const auto& p : t.params) {
-      auto& slot = state_[p.unsafeGetTensorImpl()];
-      if (!slot) {
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(s);
-      }
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
-      exp_avgs.push_back(s.exp_avg());
-      exp_avg_sqs.push_back(s.exp_avg_sq());
-    }
+    std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, steps;
+    state_of(t.params, exp_avgs, exp_avg_sqs, steps);
+    at::_foreach_add_(steps, 1.0);  // only the parameters that have a gradient step
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     if (impl_ == OptimizerImpl::kFused) {
-      const std::vector<torch::Tensor> steps(t.params.size(), steps_);
       if (lr_.defined()) {
         at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lr_, beta1, beta2,
                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
@@ -208,40 +194,64 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
                           found_inf);
       }
+      if (found_inf) at::_foreach_add_(steps, found_inf->reshape({}), -1.0);  // a skipped step takes it back
       continue;
     }
-    // foreach (CPU: reading the step count costs nothing)
-    const double step = steps_.item<double>();
+    // foreach (CPU: reading the step counts costs nothing)
+    std::vector<at::Scalar> bias2_sqrt, step_size;
+    for (const auto& step : steps) {
+      const double n = step.item<double>();
+      bias2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
+      step_size.emplace_back(-o.lr() / (1.0 - std::pow(beta1, n)));
+    }
     std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
     if (o.weight_decay() != 0) at::_foreach_mul_(t.params, 1.0 - o.lr() * o.weight_decay());
     at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
     at::_foreach_mul_(exp_avg_sqs, beta2);
     at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
-    const double bias1 = 1.0 - std::pow(beta1, step);
-    const double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
     std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
     at::_foreach_div_(denom, bias2_sqrt);
     at::_foreach_add_(denom, o.eps());
-    at::_foreach_addcdiv_(t.params, exp_avgs, denom, -o.lr() / bias1);
+    at::_foreach_addcdiv_(t.params, exp_avgs, denom, step_size);
   }
-  if (found_inf && impl_ == OptimizerImpl::kFused) steps_.sub_(*found_inf);
+}
+
+void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
+                     std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps) {
+  for (const auto& p : params) {
+    auto& slot = state_[p.unsafeGetTensorImpl()];
+    if (!slot) {
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      slot = std::move(s);
+    }
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+    exp_avgs.push_back(s.exp_avg());
+    exp_avg_sqs.push_back(s.exp_avg_sq());
+    torch::Tensor& step = steps_[p.unsafeGetTensorImpl()];
+    if (!step.defined()) {
+      step = torch::full({1}, static_cast<double>(s.step()), torch::TensorOptions().device(p.device()).dtype(torch::kFloat32));
+    }
+    steps.push_back(step);
+  }
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
   if (impl_ != OptimizerImpl::kReference) {
-    const auto step = static_cast<int64_t>(std::llround(steps_.item<double>()));
-    for (const auto& [key, state] : state_) static_cast<torch::optim::AdamWParamState&>(*state).step(step);
+    for (const auto& [key, state] : state_) {
+      const auto found = steps_.find(static_cast<c10::TensorImpl*>(key));
+      if (found == steps_.end()) continue;
+      const auto step = static_cast<int64_t>(std::llround(found->second.item<double>()));
+      static_cast<torch::optim::AdamWParamState&>(*state).step(step);
+    }
   }
   torch::optim::AdamW::save(archive);
 }
 
 void AdamW::load(torch::serialize::InputArchive& archive) {
   torch::optim::AdamW::load(archive);
-  int64_t step = 0;
-  for (const auto& [key, state] : state_) {
-    step = std::max(step, static_cast<torch::optim::AdamWParamState&>(*state).step());
-  }
-  steps_.fill_(static_cast<double>(step));
+  steps_.clear();  // made again from each parameter's loaded AdamWParamState::step at its next step
 }
 
 // ---- building -----------------------------------------------------------------------------------

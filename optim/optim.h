@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -76,15 +77,20 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
                 const std::optional<torch::Tensor>& found_inf) override;
   void set_lr(double lr) override;
   bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
-  // The step counts live in a device tensor while training; these keep the checkpointed
-  // AdamWParamState::step in agreement with it.
+  // The step counts live in device tensors while training; these keep the checkpointed
+  // AdamWParamState::step of each parameter in agreement with them.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
  private:
   OptimizerImpl impl_;
   torch::Tensor lr_;
-  torch::Tensor steps_;  // float32 [1] on the parameters' device: steps taken (skipped ones excluded)
+  // Each parameter's steps taken (skipped ones excluded), float32 [1] on its device, as PyTorch keeps
+  // them: a parameter that first gets a gradient late is bias-corrected for its own steps.
+  std::unordered_map<c10::TensorImpl*, torch::Tensor> steps_;
+  // The moments and step counts of `params`, made on first use.
+  void state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
+                std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps);
 };
 
 // sgd's own keys (optimizer.momentum, optimizer.nesterov).
