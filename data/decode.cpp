@@ -73,13 +73,14 @@ void check_options(const DecodeOptions& options, const std::string& name) {
                options.min_width, options.min_height);
 }
 
-void check_image_size(int64_t width, int64_t height, const std::string& name) {
-  STOKER_CHECK(width > 0 && height > 0, "{}: the header gives an empty {}x{} image; the file is corrupt",
-               name, width, height);
-  STOKER_CHECK(width * height <= kMaxPixels,
-               "{}: the image is {}x{} pixels, more than the {} pixels Stoker decodes; the header may "
-               "be corrupt, or the image must be made smaller first",
-               name, width, height, kMaxPixels);
+void check_image_size(int64_t width, int64_t height, int64_t max_pixels, const std::string& name) {
+  if (width <= 0 || height <= 0) STOKER_FAIL("{}: the header gives an empty {}x{} image; the file is corrupt", name, width, height);
+  if (width * height > max_pixels) {
+    STOKER_FAIL("{}: the header says {}x{} = {} pixels, more than max_image_pixels ({}); refused before "
+                "decoding as a possible decompression bomb or corrupt header. If the image is genuine, "
+                "make it smaller or raise max_image_pixels",
+                name, width, height, width * height, max_pixels);
+  }
 }
 
 // The region to decode in full-image pixels: the whole image when width == 0.
@@ -152,7 +153,7 @@ ImageFormat sniff_format(const uint8_t* bytes, size_t size) {
   return ImageFormat::Unknown;
 }
 
-ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name) {
+ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name, int64_t max_pixels) {
   ImageInfo result;
   result.format = require_format(bytes, size, name);
   const ImageInfo info = result.format == ImageFormat::Jpeg ? probe_jpeg(bytes, size, name)
@@ -160,6 +161,7 @@ ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name
   result.width = info.width;
   result.height = info.height;
   result.channels = info.channels;
+  check_image_size(result.width, result.height, max_pixels, name);
   return result;
 }
 

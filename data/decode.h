@@ -30,9 +30,14 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::Unknown;
 };
 
+// Images whose header claims more pixels than this are refused before anything is allocated for
+// them (a decompression bomb, or a corrupt header): Pillow's default limit, 89,478,485 pixels.
+constexpr int64_t kDefaultMaxImagePixels = int64_t(1024) * 1024 * 1024 / 4 / 3;
+
 // Reads only the header. Throws stoker::Error naming `name` if the bytes are not a readable
-// JPEG or PNG header.
-ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name);
+// JPEG or PNG header, or if it claims more than `max_pixels` pixels.
+ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name,
+                      int64_t max_pixels = kDefaultMaxImagePixels);
 
 // A rectangle in full-image pixels. width == 0 means the whole image (x, y and height must then
 // be 0 as well).
@@ -42,6 +47,7 @@ struct Region {
 
 struct DecodeOptions {
   Region region;  // decode only this part
+  int64_t max_pixels = kDefaultMaxImagePixels;  // larger images are refused before allocating
   // JPEG only: decode at the smallest DCT scale of 1/8, 1/4, 1/2 and 1 at which the scaled region
   // is still at least min_width x min_height (libjpeg's other n/8 scales are slower than the next
   // power of two up; see choose_scale in decode.cpp). A minimum of 0 leaves that side

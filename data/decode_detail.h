@@ -10,10 +10,6 @@
 
 namespace stoker::data::detail {
 
-// Larger images are refused before anything is allocated for them: a corrupt or hostile header
-// must not make a loader worker allocate gigabytes. 2^29 pixels is, say, 23170 x 23170.
-constexpr int64_t kMaxPixels = int64_t(1) << 29;
-
 // A growable buffer per thread (one decoded row, or a whole interlaced PNG); it keeps its largest
 // size, so steady-state decoding does not allocate.
 uint8_t* scratch(size_t bytes);
@@ -23,7 +19,9 @@ void convert_pixels(const uint8_t* src, int src_channels, bool adobe_inverted, u
                     int64_t n);
 
 void check_options(const DecodeOptions& options, const std::string& name);
-void check_image_size(int64_t width, int64_t height, const std::string& name);
+// An error naming the image when its header gives an empty size or more than `max_pixels` pixels:
+// a corrupt or hostile header must not make a loader worker allocate gigabytes.
+void check_image_size(int64_t width, int64_t height, int64_t max_pixels, const std::string& name);
 // The region to decode, in full-image pixels (the whole image for an empty region); an error
 // naming the image when it reaches outside it.
 Region resolve_region(const Region& r, int64_t width, int64_t height, const std::string& name);

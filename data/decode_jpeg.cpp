@@ -185,7 +185,7 @@ double decode_jpeg(const uint8_t* bytes, size_t size, const DecodeOptions& optio
                    const std::string& name) {
   JpegReader jpeg(bytes, size, name);
   jpeg_decompress_struct& info = jpeg.info();
-  check_image_size(info.image_width, info.image_height, name);
+  check_image_size(info.image_width, info.image_height, options.max_pixels, name);
   const Region region = resolve_region(options.region, info.image_width, info.image_height, name);
   const int n = choose_scale(region, options);
   const bool cmyk = info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK;

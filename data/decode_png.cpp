@@ -154,7 +154,7 @@ double decode_png(const uint8_t* bytes, size_t size, const DecodeOptions& option
                   const std::string& name) {
   PngReader png(bytes, size, name);
   png.read_info();
-  check_image_size(png.width(), png.height(), name);
+  check_image_size(png.width(), png.height(), options.max_pixels, name);
   const Region region = resolve_region(options.region, png.width(), png.height(), name);
   const int src_channels = png.set_up_8bit_gray_or_rgb();
   STOKER_CHECK((src_channels == 1 || src_channels == 3) && png.bit_depth() == 8,

@@ -46,13 +46,14 @@ void SamplePipeline::decode(uint64_t seed, SampleWork& work) {
     return;
   }
   const std::string name = dataset_->describe(work.index);
-  const ImageInfo info = probe_image(raw.bytes.data(), raw.bytes.size(), name);
+  const ImageInfo info = probe_image(raw.bytes.data(), raw.bytes.size(), name, options_.max_image_pixels);
   const SamplePlan& plan = work.plan = options_.transforms.plan(info.height, info.width, rng);
   const Region have = work.region = needed_region(plan, info.height, info.width);
   if (have.width <= 0 || have.height <= 0) return;  // all padding: nothing to decode
   DecodeOptions d;
   d.region = have;
   d.channels = static_cast<int>(channels_);
+  d.max_pixels = options_.max_image_pixels;
   // Decode at the smallest DCT scale that still leaves at least the output resolution.
   d.min_width = static_cast<int64_t>(std::ceil(double(plan.out_width) * have.width / plan.region.width));
   d.min_height = static_cast<int64_t>(std::ceil(double(plan.out_height) * have.height / plan.region.height));

@@ -34,11 +34,13 @@ namespace stoker::data {
 struct SamplePipelineOptions {
   TransformPipeline transforms;  // e.g. make_transform_pipeline(list) (data/transform_options.h)
   bool skip_bad_samples = false;  // fill(): replace an unreadable sample (and warn) instead of failing
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger encoded images are bad samples
   // Receives the bad-sample warnings. Default: spdlog's default logger.
   std::function<void(const std::string&)> warn;
 
   SamplePipelineOptions& set_transforms(TransformPipeline v) { transforms = std::move(v); return *this; }
   SamplePipelineOptions& set_skip_bad_samples(bool v) { skip_bad_samples = v; return *this; }
+  SamplePipelineOptions& set_max_image_pixels(int64_t v) { max_image_pixels = v; return *this; }
   SamplePipelineOptions& set_warn(std::function<void(const std::string&)> v) { warn = std::move(v); return *this; }
 };
 

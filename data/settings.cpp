@@ -27,6 +27,7 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   l.shard_rank = s.shard_rank;
   l.shard_count = s.shard_count;
   l.skip_bad_samples = s.on_bad_sample == BadSamples::kSkip;
+  l.max_image_pixels = s.max_image_pixels;
   l.transforms = train ? s.train_transforms : s.eval_transforms;
   l.mean = s.mean;
   l.std = s.std;

@@ -40,6 +40,9 @@ struct DataSettings {
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
   bool pin_memory = true;       // pinned batch buffers when training on CUDA
   BadSamples on_bad_sample = BadSamples::kSkip;
+  // JPEG/PNG files whose header claims more pixels are bad samples, refused before decoding
+  // (decompression bombs); Pillow's default.
+  int64_t max_image_pixels = kDefaultMaxImagePixels;
   // Registered transform types with their own keys (data/transform_options.h).
   std::vector<TypedOptions> train_transforms;
   std::vector<TypedOptions> eval_transforms;

@@ -75,6 +75,7 @@ void visit_data(Config& c, V& v) {
   v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
   v.field("device_prefetch", c.data.device_prefetch, at_least(1));
   v.field("pin_memory", c.data.pin_memory);
+  v.field("max_image_pixels", c.data.max_image_pixels, at_least(1));
   choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
   v.typed_list("train_transforms", c.data.train_transforms, transforms);
   v.typed_list("eval_transforms", c.data.eval_transforms, transforms);

@@ -80,6 +80,37 @@ TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {
                   "class folder " + (dir / "train/cat").string() + " holds no .jpg, .jpeg or .png files");
 }
 
+// A file whose header claims more than max_image_pixels is a bad sample: skipped with a warning
+// naming it, never decoded (issue #12).
+TEST(ImageFolder, DecompressionBombsAreSkippedAsBadSamples) {
+  TempDir dir;
+  fs::create_directories(dir / "train/a");
+  for (int i = 0; i < 7; ++i) {
+    stoker::testing::write_png(dir / "train/a" / (std::to_string(i) + ".png"), 12, 10, 3,
+                               std::vector<uint8_t>(12 * 10 * 3, 100));
+  }
+  // 30 x 30 = 900 pixels against a limit of 200 (the others have 120): a bomb at this scale.
+  stoker::testing::write_png(dir / "train/a/big.png", 30, 30, 3, std::vector<uint8_t>(30 * 30 * 3, 100));
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.mean = {0, 0, 0};
+  o.std = {1, 1, 1};
+  o.max_image_pixels = 200;
+  o.transforms = {make_transform("center_crop")};
+  o.transforms[0].as<CenterCropOptions>().size = 8;
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& m) { warnings.push_back(m); };
+  Loader loader(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);
+  loader.start_epoch(0);
+  int64_t samples = 0;
+  while (auto b = loader.next()) samples += b->size();
+  EXPECT_EQ(samples, 8);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_CONTAINS(warnings[0], "big.png");
+  EXPECT_CONTAINS(warnings[0], "more than max_image_pixels (200)");
+  EXPECT_EQ(loader.take_times().bad_samples, 1);
+}
+
 TEST(ImageFolder, CorruptFilesAreSkippedThroughTheLoader) {
   TempDir dir;
   fs::create_directories(dir / "train/a");

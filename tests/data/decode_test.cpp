@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <jpeglib.h>
 #include <png.h>
+#include <zlib.h>
 
 #include "common/error.h"
 #include "test_util.h"
@@ -612,6 +613,55 @@ TEST(DecodeErrors, BadOptionsAreRejected) {
   DecodeOptions negative;
   negative.min_width = -1;
   EXPECT_CONTAINS(decode_error(jpeg, negative, "a.jpg"), "negative");
+}
+
+
+// A valid image whose header claims 60000 x 60000 pixels (3.6 gigapixels; a decompression bomb) is
+// refused by probe and decode before anything is allocated, naming the file and the limit; a
+// larger limit lets the header through.
+Pixels with_png_size(Pixels png, uint32_t width, uint32_t height) {
+  // IHDR: 8-byte signature, 4-byte length, "IHDR", width, height (big-endian), ..., CRC over type+data.
+  auto put = [&](size_t at, uint32_t v) {
+    for (int k = 0; k < 4; ++k) png[at + k] = static_cast<uint8_t>(v >> (24 - 8 * k));
+  };
+  put(16, width);
+  put(20, height);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, png.data() + 12, 4 + 13);
+  put(29, static_cast<uint32_t>(crc));
+  return png;
+}
+
+Pixels with_jpeg_size(Pixels jpeg, uint16_t width, uint16_t height) {
+  // The SOF0/SOF2 segment: FF C0|C2, length (2), precision (1), height (2), width (2).
+  for (size_t i = 2; i + 8 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xff && (jpeg[i + 1] == 0xc0 || jpeg[i + 1] == 0xc2)) {
+      jpeg[i + 5] = static_cast<uint8_t>(height >> 8);
+      jpeg[i + 6] = static_cast<uint8_t>(height);
+      jpeg[i + 7] = static_cast<uint8_t>(width >> 8);
+      jpeg[i + 8] = static_cast<uint8_t>(width);
+      return jpeg;
+    }
+  }
+  ADD_FAILURE() << "no SOF segment";
+  return jpeg;
+}
+
+TEST(DecodeErrors, DecompressionBombsAreRefusedBeforeDecoding) {
+  const Pixels rgb = smooth_rgb(kHeight, kWidth);
+  const Pixels png = with_png_size(encode_png_rgb(rgb), 60000, 60000);
+  const Pixels jpeg = with_jpeg_size(encode_jpeg(rgb, JpegLayout::Yuv420), 60000, 60000);
+  for (const Pixels* bytes : {&png, &jpeg}) {
+    const std::string probe = stoker::testing::error_of([&] { probe_image(bytes->data(), bytes->size(), "bomb.img"); });
+    EXPECT_CONTAINS(probe, "bomb.img: the header says 60000x60000 = 3600000000 pixels, more than max_image_pixels (89478485)");
+    Image out;
+    EXPECT_CONTAINS(stoker::testing::error_of([&] { decode_image(bytes->data(), bytes->size(), DecodeOptions(), out, "bomb.img"); }),
+                    "more than max_image_pixels");
+    EXPECT_TRUE(out.pixels.empty()) << "nothing was allocated for the image";
+    const ImageInfo info = probe_image(bytes->data(), bytes->size(), "bomb.img", int64_t(4) << 30);
+    EXPECT_EQ(info.width, 60000);
+    EXPECT_EQ(info.height, 60000);
+  }
 }
 
 }  // namespace
