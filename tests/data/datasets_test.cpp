@@ -80,6 +80,18 @@ TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {
                   "class folder " + (dir / "train/cat").string() + " holds no .jpg, .jpeg or .png files");
 }
 
+// Batches of 4 RGB samples center-cropped to 8 x 8, warnings collected in `warnings`.
+LoaderOptions folder_loader_options(std::vector<std::string>& warnings) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.mean = {0, 0, 0};
+  o.std = {1, 1, 1};
+  o.transforms = {make_transform("center_crop")};
+  o.transforms[0].as<CenterCropOptions>().size = 8;
+  o.warn = [&warnings](const std::string& m) { warnings.push_back(m); };
+  return o;
+}
+
 // A file whose header claims more than max_image_pixels is a bad sample: skipped with a warning
 // naming it, never decoded (issue #12).
 TEST(ImageFolder, DecompressionBombsAreSkippedAsBadSamples) {
@@ -91,15 +103,9 @@ TEST(ImageFolder, DecompressionBombsAreSkippedAsBadSamples) {
   }
   // 30 x 30 = 900 pixels against a limit of 200 (the others have 120): a bomb at this scale.
   stoker::testing::write_png(dir / "train/a/big.png", 30, 30, 3, std::vector<uint8_t>(30 * 30 * 3, 100));
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.mean = {0, 0, 0};
-  o.std = {1, 1, 1};
-  o.max_image_pixels = 200;
-  o.transforms = {make_transform("center_crop")};
-  o.transforms[0].as<CenterCropOptions>().size = 8;
   std::vector<std::string> warnings;
-  o.warn = [&](const std::string& m) { warnings.push_back(m); };
+  LoaderOptions o = folder_loader_options(warnings);
+  o.max_image_pixels = 200;
   Loader loader(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);
   loader.start_epoch(0);
   int64_t samples = 0;
@@ -119,14 +125,8 @@ TEST(ImageFolder, CorruptFilesAreSkippedThroughTheLoader) {
                                std::vector<uint8_t>(12 * 10 * 3, 100));
   }
   stoker::testing::write_bytes(dir / "train/a/3.png", "\x89PNG\r\n\x1a\n garbage");
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.mean = {0, 0, 0};
-  o.std = {1, 1, 1};
-  o.transforms = {make_transform("center_crop")};
-  o.transforms[0].as<CenterCropOptions>().size = 8;
   std::vector<std::string> warnings;
-  o.warn = [&](const std::string& m) { warnings.push_back(m); };
+  LoaderOptions o = folder_loader_options(warnings);
   Loader loader(std::make_shared<ImageFolderDataset>(options("image_folder", dir.path())), o);
   loader.start_epoch(0);
   int64_t samples = 0;
