@@ -14,6 +14,7 @@ trainer=build/release/apps/trainer
 batches="${BATCHES:-40}"
 
 bench/setup.sh
+mkdir -p "$(dirname "$out")"
 echo "load average before timing: $(cut -d" " -f1-3 /proc/loadavg) (timings need an otherwise idle machine)"
 "$py" bench/make_imagefolder.py --out "$data" --classes 10 --per-class 100 --seed 0 | tee "$out"
 bench/tjbench.sh "$data" "${TJ_FILES:-20}" | tee -a "$out"
