@@ -16,11 +16,15 @@ if(NOT _stoker_cache)
 endif()
 file(GLOB _stoker_torch_hints
   "${_stoker_cache}/venv-torch-*/lib/python3*/site-packages/torch/share/cmake")
-# The GPU architectures Stoker's kernels are built for: Hopper (H100/H200) unless the user says
-# otherwise (-DCMAKE_CUDA_ARCHITECTURES="80;90"). Set before find_package(Torch), whose CUDA set-up
-# enables the CUDA language and would otherwise fix nvcc's default (sm_75) in the cache.
+# The GPU architectures Stoker's kernels are built for: by default every architecture the torch
+# 2.11 cu130 wheel itself targets (torch.cuda.get_arch_list(): sm_75 sm_80 sm_86 sm_90 sm_100
+# sm_120), plus PTX for the newest so that later GPUs JIT-compile it; -DCMAKE_CUDA_ARCHITECTURES=90
+# builds for one. A GPU without a kernel image still trains: the launch failure falls back to the
+# ATen path with one warning (kernels/preprocess.cpp). Set before find_package(Torch), whose CUDA
+# set-up enables the CUDA language and would otherwise fix nvcc's default (sm_75) in the cache.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "GPU architectures for Stoker's CUDA kernels (default 90: H100/H200)")
+  set(CMAKE_CUDA_ARCHITECTURES "75-real;80-real;86-real;90-real;100-real;120" CACHE STRING
+      "GPU architectures for Stoker's CUDA kernels (default: those of the torch wheel, PTX for the newest)")
 endif()
 find_package(Torch QUIET HINTS ${_stoker_torch_hints})
 stoker_require(Torch_FOUND "libtorch (torch==2.11.0)"

@@ -2,6 +2,8 @@
 // to the fused CUDA kernel (kernels/preprocess.cu) on the current CUDA stream.
 #include "kernels/preprocess.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -57,6 +59,9 @@ torch::MemoryFormat format_of(const PreprocessOptions& o) {
 }
 
 #ifdef STOKER_WITH_CUDA
+// Set once a launch found no kernel image for the GPU: every later call takes the ATen path.
+std::atomic<bool> no_kernel_image{false};
+
 torch::Tensor preprocess_cuda(const torch::Tensor& images_in, const PreprocessOptions& o) {
   const c10::cuda::CUDAGuard guard(images_in.device());
   const torch::Tensor images = images_in.contiguous();
@@ -84,6 +89,14 @@ torch::Tensor preprocess_cuda(const torch::Tensor& images_in, const PreprocessOp
   p.channels_last = o.channels_last;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(images.device().index()).stream();
   const cudaError_t err = detail::launch_preprocess(p, stream);
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    // Built for other GPU architectures (CMAKE_CUDA_ARCHITECTURES): the ATen path does the same.
+    no_kernel_image.store(true);
+    TORCH_WARN_ONCE("preprocess_images: this build of Stoker has no kernel image for ", images.device().str(),
+                    " (", cudaGetErrorName(err), "); using the ATen path instead. Rebuild with its "
+                    "architecture in CMAKE_CUDA_ARCHITECTURES for the fused kernel.");
+    return preprocess_images_reference(images_in, o);
+  }
   STOKER_CHECK(err == cudaSuccess,
                "preprocess_images: the CUDA kernel failed to launch on {} for images {} -> {}: {} ({})",
                images.device().str(), sizes_of(images), c10::toString(o.dtype), cudaGetErrorString(err),
@@ -114,7 +127,9 @@ torch::Tensor preprocess_images_reference(const torch::Tensor& images, const Pre
 torch::Tensor preprocess_images(const torch::Tensor& images, const PreprocessOptions& o) {
   check_inputs(images, o);
 #ifdef STOKER_WITH_CUDA
-  if (images.is_cuda() && images.size(3) <= kPreprocessMaxKernelChannels) return preprocess_cuda(images, o);
+  if (images.is_cuda() && images.size(3) <= kPreprocessMaxKernelChannels && !no_kernel_image.load()) {
+    return preprocess_cuda(images, o);
+  }
 #endif
   return preprocess_images_reference(images, o);
 }
