@@ -128,6 +128,10 @@ class Callback {
 
 class Trainer {
  public:
+  // The Trainer owns its parts (moved in) and shares the sources with whoever made them: the
+  // application may keep its own pointers (to read a loader's timing, say), and a source lives as
+  // long as any holder. Missing parts, empty sources and a model not yet on options.device in the
+  // precision's parameter dtype are refused here with a message saying what to do.
   Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<data::BatchSource> train,
           std::shared_ptr<data::BatchSource> eval);
   ~Trainer();
