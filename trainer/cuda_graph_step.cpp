@@ -158,12 +158,13 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
     try {
       s.capture(input, target);
     } catch (const std::exception& e) {
-      std::string why = e.what();
-      disable(fmt::format("the training step could not be captured ({})", why.substr(0, why.find('\n'))));
+      const std::string why = e.what();
+      s.disabled = true;
+      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly",
+                    why.substr(0, why.find('\n')));
       if (s.hooks.after_failure) s.hooks.after_failure();
       return std::nullopt;
     }
-    logger().info("train.cuda_graph: captured the training step; replaying it from now on");
   }
   s.input.copy_(input, /*non_blocking=*/true);
   s.target.copy_(target, /*non_blocking=*/true);

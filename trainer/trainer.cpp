@@ -184,19 +184,32 @@ torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) 
   return loss.detach();
 }
 
+std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
+  if (!graph_ || graph_->disabled()) return std::nullopt;
+  if (options_.batch_size > 0 && batch.size() != options_.batch_size) {
+    // A short batch (data.drop_last: false) has another shape: it is stepped eagerly.
+    if (graph_->active()) {
+      logger().debug("train.cuda_graph: batch {} has {} samples; stepping it eagerly", batch.index, batch.size());
+    }
+    return std::nullopt;
+  }
+  const bool captured_before = graph_->active();
+  set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
+  std::optional<torch::Tensor> loss = graph_->run(batch.input, batch.target);
+  if (!loss) return std::nullopt;
+  if (!captured_before && graph_->active()) {
+    logger().info("train.cuda_graph: captured the training step at step {}; replaying it from now on", state_.step);
+  }
+  finish_optimizer_step();
+  return loss;
+}
+
 torch::Tensor Trainer::train_step(const data::Batch& batch) {
+  if (std::optional<torch::Tensor> loss = graphed_step(batch)) return *loss;
   // The group of accumulate_steps batches this one belongs to; the epoch's last group may be shorter.
   const int64_t n = options_.accumulate_steps;
   const int64_t group_start = batch.index / n * n;
   const int64_t group = std::max<int64_t>(1, std::min(n, train_->num_batches() - group_start));
-  const bool full = options_.batch_size <= 0 || batch.size() == options_.batch_size;
-  if (graph_ && !graph_->disabled() && full) {
-    set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
-    if (std::optional<torch::Tensor> loss = graph_->run(batch.input, batch.target)) {
-      finish_optimizer_step();
-      return *loss;
-    }
-  }
   return eager_step(batch, group);
 }
 

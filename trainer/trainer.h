@@ -203,6 +203,8 @@ class Trainer {
   void apply_update();             // unscale, clip, optimizer step, loss-scale update
   void finish_optimizer_step();    // clear gradients (eager), count the step, update the EMA
   torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
+  // The step as a warm-up, capture or replay of the CUDA graph; nothing when it must run eagerly.
+  std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
   std::vector<CheckpointPart> checkpoint_parts();
 
