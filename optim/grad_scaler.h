@@ -75,7 +75,7 @@ class GradScaler {
   // is inf or NaN. At most once per step; a second call before update() throws.
   void unscale(torch::optim::Optimizer& optimizer);
 
-  // Steps the optimizer unless this step's gradients had inf/NaN. Stoker's optimizers (trainer/optim.h)
+  // Steps the optimizer unless this step's gradients had inf/NaN. Stoker's optimizers (optim/optim.h)
   // skip on the device; any other torch::optim::Optimizer is stepped after the flag is read on the
   // host (a synchronisation).
   void step(torch::optim::Optimizer& optimizer);

@@ -23,7 +23,7 @@ void MetricsCallback::reset_window() {
   window_samples_ = window_steps_ = 0;
 }
 
-void MetricsCallback::on_epoch_start(Trainer& trainer, int64_t) {
+void MetricsCallback::on_epoch_start(Trainer&, int64_t) {
   progress_ = std::make_unique<Progress>(live_, every_);
   reset_window();
 }

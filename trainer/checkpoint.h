@@ -33,7 +33,7 @@ struct TrainState {
 struct CheckpointContent {
   TrainState state;
   std::string config_yaml;  // the resolved config of the run that wrote it
-  // The EMA of the weights (trainer/ema.h) by parameter and buffer name, saved as "ema.<name>";
+  // The EMA of the weights (optim/ema.h) by parameter and buffer name, saved as "ema.<name>";
   // empty when the run has none.
   std::vector<std::pair<std::string, torch::Tensor>> ema;
   int64_t ema_updates = 0;

@@ -22,10 +22,13 @@ namespace stoker {
 #ifdef STOKER_WITH_CUDA
 namespace {
 
-// at::cuda::CUDAGraph with a look at whether its capture ended (its destructor gives the memory
-// pool back only then).
+// at::cuda::CUDAGraph with a look at its capture state, for cleaning up after a failed capture: its
+// destructor gives the memory pool back only when the capture ended, and its pool() refuses to name
+// the pool before then, so the pool and the device it was made on are read from the members.
 struct Graph : at::cuda::CUDAGraph {
   bool capture_ended() const { return capture_ended_; }
+  c10::MempoolId_t pool_id() const { return mempool_id_; }  // {0, 0} until capture_begin picks one
+  c10::DeviceIndex capture_device() const { return capture_dev_; }
 };
 
 // Makes `then` wait for the work queued so far on `first`.
@@ -35,19 +38,48 @@ void order(const at::cuda::CUDAStream& first, const at::cuda::CUDAStream& then) 
   event.block(then);
 }
 
-// Calls `f`, logging instead of throwing: clean-up after a failure must not fail itself.
+// Calls `f`, logging instead of throwing: clean-up after a failure must not fail itself. Returns
+// whether `f` succeeded.
 template <typename F>
-void quietly(const char* what, F f) {
+bool quietly(const char* what, F f) {
   try {
     f();
+    return true;
   } catch (const std::exception& e) {
     logger().debug("train.cuda_graph: {} after the failed capture: {}", what, e.what());
+    return false;
+  }
+}
+
+// Gives back the private memory pool of a capture that never ended. CUDAGraph::capture_begin made
+// the device and the pinned-host caching allocators allocate into the pool (each taking a reference
+// to it) and only capture_end stops that; left as it was, every block allocated on the capture
+// stream afterwards would come from the dead graph's pool and never be reused or freed, and the
+// eager fallback would leak device memory. `began`: capture_begin returned, so both allocators hold
+// a reference (capture_end may already have ended their allocate-to-pool state before it failed).
+// When capture_begin threw, an allocator holds one only if ending its state succeeds. Once released,
+// the pool's blocks are freed when the tensors still in them (the failed capture's gradients) are
+// gone, as when a CUDAGraph is destroyed.
+void release_pool_of_failed_capture(const Graph& graph, bool began) {
+  const c10::MempoolId_t pool = graph.pool_id();
+  if (graph.capture_ended() || (pool.first == 0 && pool.second == 0)) return;
+  const c10::DeviceIndex device = graph.capture_device();
+  namespace allocator = c10::cuda::CUDACachingAllocator;
+  if (quietly("ending the device pool", [&] { allocator::endAllocateToPool(device, pool); }) || began) {
+    quietly("releasing the device pool", [&] { allocator::releasePool(device, pool); });
+  }
+  at::HostAllocator* host = at::getHostAllocator(at::kCUDA);
+  if (quietly("ending the host pool", [&] { host->end_allocate_to_pool(pool); }) || began) {
+    quietly("releasing the host pool", [&] { host->release_pool(pool); });
   }
 }
 
 }  // namespace
 
 struct CudaGraphStep::State {
+  State(torch::Device device_, StepFunction step_, Hooks hooks_, int warmup_)
+      : device(device_), step(std::move(step_)), hooks(std::move(hooks_)), warmup(warmup_) {}
+
   torch::Device device;
   StepFunction step;
   Hooks hooks;
@@ -85,9 +117,7 @@ void CudaGraphStep::State::capture(const torch::Tensor& in, const torch::Tensor&
 }
 
 // Ends a capture left open by a failure, so that the stream is usable again, and gives the graph's
-// private memory pool back: CUDAGraph::capture_begin made the caching allocators (device and pinned
-// host) allocate into that pool, and only capture_end stops that. Left as it was, every block freed
-// afterwards would stay reserved for the dead graph and the eager fallback would run out of memory.
+// memory pool back (release_pool_of_failed_capture).
 void CudaGraphStep::State::undo_failed_capture(bool began) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(side->stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
@@ -96,20 +126,13 @@ void CudaGraphStep::State::undo_failed_capture(bool began) {
     if (broken != nullptr) cudaGraphDestroy(broken);
   }
   (void)cudaGetLastError();
-  if (began && graph && !graph->capture_ended()) {
-    const c10::DeviceIndex index = device.index();
-    const c10::MempoolId_t pool = graph->pool();
-    quietly("ending the device pool", [&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(index, pool); });
-    quietly("releasing the device pool", [&] { c10::cuda::CUDACachingAllocator::releasePool(index, pool); });
-    quietly("ending the host pool", [&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool); });
-    quietly("releasing the host pool", [&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
-  }
+  if (graph) release_pool_of_failed_capture(*graph, began);
   graph.reset();
   input = target = loss = torch::Tensor();
 }
 
 CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction step, Hooks hooks, int warmup)
-    : state_(std::make_unique<State>(State{device, std::move(step), std::move(hooks), warmup})) {
+    : state_(std::make_unique<State>(device, std::move(step), std::move(hooks), warmup)) {
   if (!device.is_cuda()) disable("it needs a CUDA device");
 }
 
@@ -135,12 +158,13 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
     try {
       s.capture(input, target);
     } catch (const std::exception& e) {
-      std::string why = e.what();
-      disable(fmt::format("the training step could not be captured ({})", why.substr(0, why.find('\n'))));
+      const std::string why = e.what();
+      s.disabled = true;
+      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly",
+                    why.substr(0, why.find('\n')));
       if (s.hooks.after_failure) s.hooks.after_failure();
       return std::nullopt;
     }
-    logger().info("train.cuda_graph: captured the training step; replaying it from now on");
   }
   s.input.copy_(input, /*non_blocking=*/true);
   s.target.copy_(target, /*non_blocking=*/true);

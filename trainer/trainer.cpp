@@ -32,6 +32,24 @@ std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& opt
   return "";
 }
 
+// The parts must arrive ready to train: the model on the device, in the precision's parameter dtype.
+void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
+  const c10::ScalarType dtype = parameter_dtype(o.precision);
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    const bool on_device =
+        p.device().type() == o.device.type() && (!o.device.has_index() || p.device().index() == o.device.index());
+    STOKER_CHECK(on_device,
+                 "Trainer: the model's parameter '{}' is on {} but TrainerOptions::device is {}; move the "
+                 "model there before building the Trainer (stoker::prepare_model in trainer/factory.h does it)",
+                 item.key(), p.device().str(), o.device.str());
+    STOKER_CHECK(!p.is_floating_point() || p.scalar_type() == dtype,
+                 "Trainer: the model's parameter '{}' is {} but precision {} trains {} parameters; convert "
+                 "the model before building the Trainer (stoker::prepare_model in trainer/factory.h does it)",
+                 item.key(), c10::toString(p.scalar_type()), precision_name(o.precision), c10::toString(dtype));
+  }
+}
+
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
@@ -47,11 +65,19 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       ema_(std::move(parts.ema)),
       train_(std::move(train)),
       eval_(std::move(eval)) {
-  STOKER_CHECK(!model_.is_empty(), "Trainer needs a model");
-  STOKER_CHECK(optimizer_ != nullptr, "Trainer needs an optimizer");
-  STOKER_CHECK(train_ && train_->num_batches() > 0, "Trainer needs a training source with batches");
-  STOKER_CHECK(eval_ && eval_->num_batches() > 0, "Trainer needs an evaluation source with batches");
-  STOKER_CHECK(options_.accumulate_steps >= 1, "accumulate_steps must be >= 1, got {}", options_.accumulate_steps);
+  STOKER_CHECK(!model_.is_empty(), "Trainer: TrainerParts::model is empty; hand it the model to train");
+  STOKER_CHECK(optimizer_ != nullptr,
+               "Trainer: TrainerParts::optimizer is empty; hand it an optimizer over the model's parameters "
+               "(stoker::make_optimizer in optim/optim.h, or any torch::optim::Optimizer)");
+  STOKER_CHECK(train_ && train_->num_batches() > 0,
+               "Trainer: the training source is {}; hand it a data::BatchSource with at least one batch",
+               train_ ? "empty (0 batches)" : "missing");
+  STOKER_CHECK(eval_ && eval_->num_batches() > 0,
+               "Trainer: the evaluation source is {}; hand it a data::BatchSource with at least one batch",
+               eval_ ? "empty (0 batches)" : "missing");
+  STOKER_CHECK(options_.accumulate_steps >= 1, "Trainer: TrainerOptions::accumulate_steps must be >= 1, got {}",
+               options_.accumulate_steps);
+  check_model_placement(module(), options_);
   precision_summary_ = apply_global_precision(options_.precision);
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
@@ -158,19 +184,32 @@ torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) 
   return loss.detach();
 }
 
+std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
+  if (!graph_ || graph_->disabled()) return std::nullopt;
+  if (options_.batch_size > 0 && batch.size() != options_.batch_size) {
+    // A short batch (data.drop_last: false) has another shape: it is stepped eagerly.
+    if (graph_->active()) {
+      logger().debug("train.cuda_graph: batch {} has {} samples; stepping it eagerly", batch.index, batch.size());
+    }
+    return std::nullopt;
+  }
+  const bool captured_before = graph_->active();
+  set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
+  std::optional<torch::Tensor> loss = graph_->run(batch.input, batch.target);
+  if (!loss) return std::nullopt;
+  if (!captured_before && graph_->active()) {
+    logger().info("train.cuda_graph: captured the training step at step {}; replaying it from now on", state_.step);
+  }
+  finish_optimizer_step();
+  return loss;
+}
+
 torch::Tensor Trainer::train_step(const data::Batch& batch) {
+  if (std::optional<torch::Tensor> loss = graphed_step(batch)) return *loss;
   // The group of accumulate_steps batches this one belongs to; the epoch's last group may be shorter.
   const int64_t n = options_.accumulate_steps;
   const int64_t group_start = batch.index / n * n;
   const int64_t group = std::max<int64_t>(1, std::min(n, train_->num_batches() - group_start));
-  const bool full = options_.batch_size <= 0 || batch.size() == options_.batch_size;
-  if (graph_ && !graph_->disabled() && full) {
-    set_learning_rate(*optimizer_, lr_at(state_.step));  // the graph reads it from the device
-    if (std::optional<torch::Tensor> loss = graph_->run(batch.input, batch.target)) {
-      finish_optimizer_step();
-      return *loss;
-    }
-  }
   return eager_step(batch, group);
 }
 

@@ -128,6 +128,10 @@ class Callback {
 
 class Trainer {
  public:
+  // The Trainer owns its parts (moved in) and shares the sources with whoever made them: the
+  // application may keep its own pointers (to read a loader's timing, say), and a source lives as
+  // long as any holder. Missing parts, empty sources and a model not yet on options.device in the
+  // precision's parameter dtype are refused here with a message saying what to do.
   Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<data::BatchSource> train,
           std::shared_ptr<data::BatchSource> eval);
   ~Trainer();
@@ -199,6 +203,8 @@ class Trainer {
   void apply_update();             // unscale, clip, optimizer step, loss-scale update
   void finish_optimizer_step();    // clear gradients (eager), count the step, update the EMA
   torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
+  // The step as a warm-up, capture or replay of the CUDA graph; nothing when it must run eagerly.
+  std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
   std::vector<CheckpointPart> checkpoint_parts();
 

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "golden/optim_golden.h"
+#include "models/compact_resnet.h"
+#include "models/registry.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -215,6 +217,19 @@ TEST(Optimizers, CheckpointRoundTripKeepsAdamWStepCount) {
   }
   EXPECT_TRUE(torch::allclose(p[0], q[0], 1e-7, 1e-8));
   EXPECT_TRUE(torch::allclose(p[1], q[1], 1e-7, 1e-8));
+}
+
+TEST(Optimizers, NoWeightDecayOnNormsAndBiases) {
+  torch::nn::AnyModule model = models::create_model(models::compact_resnet({4}, {1}), {});
+  auto sgd = make_optimizer(OptimizerOptions(), *model.ptr());
+  ASSERT_EQ(sgd->param_groups().size(), 2u);
+  for (const auto& p : sgd->param_groups()[0].params()) EXPECT_GT(p.dim(), 1);
+  for (const auto& p : sgd->param_groups()[1].params()) EXPECT_LE(p.dim(), 1);
+  EXPECT_EQ(static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[1].options()).weight_decay(), 0.0);
+  OptimizerOptions all;
+  all.decay_norm_and_bias = true;
+  all.algorithm = TypedOptions("adamw", std::make_unique<AdamWKeys>());
+  EXPECT_EQ(make_optimizer(all, *model.ptr())->param_groups().size(), 1u);
 }
 
 TEST(ClipGradNorm, ScalesToTheMaxNormAndReportsTheNormBefore) {

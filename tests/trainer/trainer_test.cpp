@@ -12,7 +12,6 @@
 #include "test_util.h"
 #include "trainer/factory.h"
 #include "trainer/run.h"
-#include "trainer/sizing.h"
 
 namespace stoker {
 namespace {
@@ -238,20 +237,7 @@ TEST(TrainerImageFolder, TrainsFromImageFilesWithWorkersAndTransforms) {
   EXPECT_EQ(number_after(metrics.back(), "bad_samples"), 0.0);
 }
 
-TEST(Optimizer, NoWeightDecayOnNormsAndBiases) {
-  torch::nn::AnyModule model = models::create_model(models::compact_resnet({4}, {1}), {});
-  auto sgd = make_optimizer(OptimizerOptions(), *model.ptr());
-  ASSERT_EQ(sgd->param_groups().size(), 2u);
-  for (const auto& p : sgd->param_groups()[0].params()) EXPECT_GT(p.dim(), 1);
-  for (const auto& p : sgd->param_groups()[1].params()) EXPECT_LE(p.dim(), 1);
-  EXPECT_EQ(static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[1].options()).weight_decay(), 0.0);
-  OptimizerOptions all;
-  all.decay_norm_and_bias = true;
-  all.algorithm = TypedOptions("adamw", std::make_unique<AdamWKeys>());
-  EXPECT_EQ(make_optimizer(all, *model.ptr())->param_groups().size(), 1u);
-}
-
-// ---- mixed precision, accumulation, sizing, CUDA graphs --------------------------------------------
+// ---- mixed precision, accumulation, strict sizes, CUDA graphs --------------------------------------
 
 // A network without batch norm or dropout, so that the gradient of a batch does not depend on how
 // the batch is split.
@@ -401,31 +387,6 @@ TEST_F(TrainerTest, Fp16MixedSavesAndRestoresTheLossScaler) {
   EXPECT_EQ(resumed.scaler().scale_value(), 1024.0);
   resumed.load_checkpoint(out.run_dir / "checkpoints" / "last.pt");
   EXPECT_EQ(resumed.scaler().scale_value(), scale);
-}
-
-TEST(SizingChecks, NameEachSizeAndTheNearestBetterValue) {
-  EXPECT_EQ(nearest_multiple_of_8(100), 104);
-  EXPECT_EQ(nearest_multiple_of_8(99), 96);
-  EXPECT_EQ(nearest_multiple_of_8(3), 8);
-  EXPECT_EQ(nearest_power_of_two(100), 128);
-  EXPECT_EQ(nearest_power_of_two(90), 64);
-  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 12, 3)), torch::nn::Flatten(),
-                            torch::nn::Linear(12, 20), torch::nn::Linear(20, 10));
-  const auto findings = check_sizes(*net, 100, /*data_channels=*/3, /*num_classes=*/10);
-  ASSERT_EQ(findings.size(), 5u) << ::testing::PrintToString(findings);
-  EXPECT_CONTAINS(findings[0], "data.batch_size is 100");
-  EXPECT_CONTAINS(findings[0], "128 or 104");
-  EXPECT_CONTAINS(findings[1], "layer '0': out_channels is 12, not a multiple of 8; 16");
-  EXPECT_CONTAINS(findings[2], "layer '2': in_features is 12");
-  EXPECT_CONTAINS(findings[3], "layer '2': out_features is 20, not a multiple of 8; 24");
-  EXPECT_CONTAINS(findings[4], "layer '3': in_features is 20");
-  // The input channels (3) and the class count (10) are the data's, not the user's: no finding
-  // for them. Told the data has 12 channels and 20 classes, layer 0's input (3) and layer 3's
-  // output (10) are findings too, and layer 2's output (20) is not.
-  const auto other = check_sizes(*net, 64, 12, 20);
-  ASSERT_EQ(other.size(), 5u) << ::testing::PrintToString(other);
-  EXPECT_CONTAINS(other[0], "in_channels is 3");
-  EXPECT_CONTAINS(other[4], "out_features is 10");
 }
 
 TEST_F(TrainerTest, StrictSizesTurnsFindingsIntoAnError) {

@@ -1,0 +1,201 @@
+// The Trainer built from parts by hand, as an application embeds it (README, "Embedding"): its own
+// model, a plain libtorch optimizer, its own loss and schedule, batches held in memory, no Config.
+#include "trainer/trainer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+// Batches held in memory: the smallest data::BatchSource.
+class MemorySource : public data::BatchSource {
+ public:
+  explicit MemorySource(std::vector<data::Batch> batches) : batches_(std::move(batches)) {}
+  int64_t num_batches() const override { return static_cast<int64_t>(batches_.size()); }
+  int64_t num_samples() const override {
+    int64_t n = 0;
+    for (const auto& b : batches_) n += b.size();
+    return n;
+  }
+  int64_t channels() const override { return batches_.front().input.size(1); }
+  int64_t out_height() const override { return batches_.front().input.size(2); }
+  int64_t out_width() const override { return batches_.front().input.size(3); }
+  void start_epoch(int64_t /*epoch*/, int64_t first_batch) override { next_ = first_batch; }
+  std::optional<data::Batch> next() override {
+    if (next_ >= num_batches()) return std::nullopt;
+    return batches_[next_++];
+  }
+
+ private:
+  std::vector<data::Batch> batches_;
+  int64_t next_ = 0;
+};
+
+// `n` batches of `size` 1x4x4 inputs in 3 classes (the class is the argmax of a fixed linear map,
+// so the problem is learnable).
+std::vector<data::Batch> make_batches(int64_t n, int64_t size, uint64_t seed) {
+  torch::manual_seed(seed);
+  const torch::Tensor map = torch::randn({16, 3});
+  std::vector<data::Batch> out;
+  for (int64_t i = 0; i < n; ++i) {
+    data::Batch b;
+    b.input = torch::randn({size, 1, 4, 4});
+    b.target = b.input.flatten(1).matmul(map).argmax(1);
+    b.index = i;
+    out.push_back(b);
+  }
+  return out;
+}
+
+struct TinyNetImpl : torch::nn::Module {
+  TinyNetImpl() : fc(register_module("fc", torch::nn::Linear(16, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc(x.flatten(1)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(TinyNet);
+
+TinyNet net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return TinyNet();
+}
+
+torch::Tensor smoothed_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().label_smoothing(0.2));
+}
+
+double falling_lr(int64_t step) { return 0.1 / static_cast<double>(1 + step); }
+
+// Records the learning rate of every step.
+struct LrLog : Callback {
+  std::vector<double> lrs;
+  void on_train_step_end(Trainer&, const StepInfo& info) override { lrs.push_back(info.lr); }
+};
+
+struct Built {
+  std::unique_ptr<Trainer> trainer;
+  std::shared_ptr<MemorySource> train;
+};
+
+Built build(TrainerParts parts, TrainerOptions options = {}) {
+  Built b;
+  b.train = std::make_shared<MemorySource>(make_batches(5, 8, 11));
+  auto eval = std::make_shared<MemorySource>(make_batches(2, 10, 12));
+  b.trainer = std::make_unique<Trainer>(std::move(options), std::move(parts), b.train, eval);
+  return b;
+}
+
+// fit() on the handed parts trains exactly as the plain libtorch loop over the same parts: the loss
+// part is the loss, the schedule part sets each step's learning rate.
+TEST(TrainerParts, FitRunsTheHandedPartsAsAPlainLoopDoes) {
+  TinyNet model = net(3);
+  int64_t loss_calls = 0;
+  TrainerParts parts;
+  parts.model = torch::nn::AnyModule(model);
+  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  parts.loss = [&loss_calls](const torch::Tensor& logits, const torch::Tensor& target) {
+    ++loss_calls;
+    return smoothed_cross_entropy(logits, target);
+  };
+  parts.schedule = falling_lr;
+  TrainerOptions options;
+  options.epochs = 2;
+  Built b = build(std::move(parts), options);
+  auto lr_log = std::make_shared<LrLog>();
+  b.trainer->add_callback(lr_log);
+  const FitResult result = b.trainer->fit();
+
+  TinyNet plain = net(3);
+  torch::optim::SGD sgd(plain->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  int64_t step = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    b.train->start_epoch(epoch, 0);
+    while (std::optional<data::Batch> batch = b.train->next()) {
+      static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(falling_lr(step++));
+      sgd.zero_grad();
+      smoothed_cross_entropy(plain->forward(batch->input), batch->target).backward();
+      sgd.step();
+    }
+  }
+
+  ASSERT_EQ(result.epochs.size(), 2u);
+  EXPECT_EQ(b.trainer->state().step, 10);
+  EXPECT_EQ(loss_calls, 10);  // training only: evaluation reports plain cross-entropy
+  EXPECT_EQ(result.epochs[1].test.samples, 20);
+  ASSERT_EQ(lr_log->lrs.size(), 10u);
+  for (int64_t s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(lr_log->lrs[s], falling_lr(s)) << "step " << s;
+  const auto trained = model->parameters(), expected = plain->parameters();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(trained[i], expected[i], 1e-6, 1e-7)) << "parameter " << i;
+  }
+}
+
+// Without a loss, schedule, scaler or EMA part: cross-entropy, the optimizer's own learning rate,
+// no loss scaling, no EMA.
+TEST(TrainerParts, DefaultsAreCrossEntropyAndTheOptimizersLr) {
+  TinyNet model = net(4);
+  TrainerParts parts;
+  parts.model = torch::nn::AnyModule(model);
+  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
+  Built b = build(std::move(parts));
+  EXPECT_DOUBLE_EQ(b.trainer->lr_at(7), 0.05);
+  EXPECT_FALSE(b.trainer->scaler().enabled());
+  EXPECT_EQ(b.trainer->ema(), nullptr);
+
+  TinyNet plain = net(4);
+  torch::optim::SGD sgd(plain->parameters(), torch::optim::SGDOptions(0.05));
+  b.train->start_epoch(0, 0);
+  const data::Batch batch = *b.train->next();
+  const torch::Tensor loss = b.trainer->train_step(batch);
+  const torch::Tensor expected = torch::nn::functional::cross_entropy(plain->forward(batch.input), batch.target);
+  expected.backward();
+  sgd.step();
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-6);
+  const auto trained = model->parameters(), stepped = plain->parameters();
+  for (size_t i = 0; i < trained.size(); ++i) EXPECT_TRUE(torch::allclose(trained[i], stepped[i], 1e-6, 1e-7));
+}
+
+// A missing part, an empty source or a model that is not ready is refused when the Trainer is built,
+// naming what is wrong and what to do.
+TEST(TrainerParts, MissingOrUnreadyPartsAreClearErrors) {
+  using stoker::testing::error_of;
+  auto parts_for = [](TinyNet model) {
+    TrainerParts parts;
+    parts.model = torch::nn::AnyModule(model);
+    parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+    return parts;
+  };
+  auto source = std::make_shared<MemorySource>(make_batches(1, 4, 1));
+  auto empty = std::make_shared<MemorySource>(std::vector<data::Batch>());
+
+  TrainerParts no_model = parts_for(net(1));
+  no_model.model = torch::nn::AnyModule();
+  EXPECT_CONTAINS(error_of([&] { Trainer({}, std::move(no_model), source, source); }), "TrainerParts::model is empty");
+  TrainerParts no_optimizer = parts_for(net(1));
+  no_optimizer.optimizer.reset();
+  EXPECT_CONTAINS(error_of([&] { Trainer({}, std::move(no_optimizer), source, source); }),
+                  "TrainerParts::optimizer is empty");
+  EXPECT_CONTAINS(error_of([&] { Trainer({}, parts_for(net(1)), empty, source); }),
+                  "the training source is empty (0 batches)");
+  EXPECT_CONTAINS(error_of([&] { Trainer({}, parts_for(net(1)), source, nullptr); }),
+                  "the evaluation source is missing");
+
+  TrainerOptions bf16_true;
+  bf16_true.precision = Precision::kBf16True;  // the model is still float32
+  const std::string dtype = error_of([&] { Trainer(bf16_true, parts_for(net(1)), source, source); });
+  EXPECT_CONTAINS(dtype, "parameter 'fc.weight' is Float but precision bf16-true trains BFloat16 parameters");
+  EXPECT_CONTAINS(dtype, "stoker::prepare_model");
+  TrainerOptions on_gpu;
+  on_gpu.device = torch::Device(torch::kCUDA, 0);  // the model is on the CPU
+  EXPECT_CONTAINS(error_of([&] { Trainer(on_gpu, parts_for(net(1)), source, source); }),
+                  "is on cpu but TrainerOptions::device is cuda:0; move the model there");
+}
+
+}  // namespace
+}  // namespace stoker
