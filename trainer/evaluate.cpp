@@ -79,6 +79,7 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->channels());
   const Precision precision = config.train.precision;
+  apply_global_precision(precision);  // TF32 on or off, as the run's Trainer had it
   prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(checkpoint, *model.ptr(), nullptr, device);
   model.ptr()->eval();

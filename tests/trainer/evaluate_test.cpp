@@ -1,7 +1,8 @@
-// Top-k counting on hand-made logits and epoch metrics by name.
+// Top-k counting on hand-made logits, epoch metrics by name, and checkpoint evaluation.
 #include "trainer/evaluate.h"
 
 #include <gtest/gtest.h>
+#include <ATen/Context.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -79,6 +80,29 @@ TEST(Evaluate, CheckpointsOfEveryPrecisionEvaluateAsTheirRunDid) {
     ASSERT_EQ(p[0].classes.size(), 3u) << precision;
     EXPECT_GE(p[0].probabilities[0], p[0].probabilities[1]) << precision;
   }
+}
+
+// `trainer eval` sets TF32 as the run's Trainer did: off for fp32 (IEEE float32 convolutions and
+// matmuls on CUDA, whatever the process had before), allowed for tf32.
+TEST(Evaluate, CheckpointEvaluationSetsTf32AsTheRunDid) {
+  stoker::testing::TempDir data, runs;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 64, 32, 12);
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data.path(), runs.path());
+  request.config.train.epochs = 1;
+  const fs::path last = run_training(request).run_dir / "checkpoints" / "last.pt";
+  const bool cublas = at::globalContext().allowTF32CuBLAS(), cudnn = at::globalContext().allowTF32CuDNN();
+  at::globalContext().setAllowTF32CuBLAS(true);
+  at::globalContext().setAllowTF32CuDNN(true);
+  evaluate_checkpoint(request.config, last);
+  EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
+  EXPECT_FALSE(at::globalContext().allowTF32CuDNN());
+  request.config.train.precision = Precision::kTf32;
+  evaluate_checkpoint(request.config, last);
+  EXPECT_TRUE(at::globalContext().allowTF32CuBLAS());
+  EXPECT_TRUE(at::globalContext().allowTF32CuDNN());
+  at::globalContext().setAllowTF32CuBLAS(cublas);
+  at::globalContext().setAllowTF32CuDNN(cudnn);
 }
 
 }  // namespace
