@@ -59,7 +59,7 @@ struct TrainOptions {
   bool channels_last = false;   // model and inputs in channels-last memory format
   int64_t log_every_steps = 50;
   // Exponential moving average of the weights, updated after every optimizer step and evaluated
-  // after every epoch (trainer/ema.h); 0 = off, e.g. 0.9998.
+  // after every epoch (optim/ema.h); 0 = off, e.g. 0.9998.
   double ema_decay = 0.0;
   bool ema_warmup = false;  // timm's EMA warm-up: decay min(ema_decay, 1 - (1 + updates)^(-2/3))
   EarlyStoppingOptions early_stopping;
