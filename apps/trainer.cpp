@@ -1,6 +1,6 @@
 // `trainer`: the command-line program. It parses arguments and calls the library; nothing here
 // that a library user would miss. `trainer --help` lists the subcommands (train, the default, then
-// bench-data, bench-step, eval, predict); `trainer SUBCOMMAND --help` lists the flags of each.
+// bench-data, bench-step, eval, predict, doctor); `trainer SUBCOMMAND --help` lists the flags of each.
 //
 // The file reads top to bottom: the flags each subcommand takes, the subcommand table that names
 // each with its flags and its handler (apps/trainer_commands.h), then the parsing (CLI11) and its
@@ -97,6 +97,21 @@ void bench_step_flags(CLI::App& app, Args& a) {
   value_flag(app, "--steps", a.steps, "N", "steps to time (default 50, after 10 warm-up steps)")->check(positive_whole_number());
 }
 
+void doctor_flags(CLI::App& app, Args& a) {
+  recipe_flags(app, a);
+  value_flag(app, "--steps", a.doctor_steps, "N", "timed steps per rung of the ladder (default 30, after 5 warm-up steps)")
+      ->check(positive_whole_number());
+  app.add_flag("--tune", a.tune, "search data.workers, prefetch_factor and device_prefetch by measurement");
+  value_flag(app, "--tune-budget", a.tune_budget, "SECONDS", "time --tune may take (default 90)")
+      ->check(CLI::PositiveNumber);
+  value_flag(app, "--trace", a.trace, "FILE", "write the full rung's timeline there (Trace Event JSON, ui.perfetto.dev)");
+  app.add_flag("--batch", a.batch, "find the batch size with the most samples/s that fits in memory");
+  value_flag(app, "--max-batch", a.max_batch, "N", "largest batch --batch tries (default 4096)")->check(positive_whole_number());
+  value_flag(app, "--memory-budget", a.memory_budget_mb, "MB",
+             "memory the ladder's caches (and --batch on the CPU) may use (default: half the free memory)")
+      ->check(positive_whole_number());
+}
+
 void checkpoint_flag(CLI::App& app, Args& a) {
   value_flag(app, "--checkpoint", a.checkpoint, "FILE", "the checkpoint (a .pt file, or a run directory: its last.pt)")
       ->required();
@@ -151,6 +166,13 @@ const Subcommand kSubcommands[] = {
      "Classifies JPEG/PNG files with a checkpoint, through the eval transforms of its saved\n"
      "config (or of --config), and prints `IMAGE: class (probability), ...` for the K likeliest.",
      predict_flags, stoker::apps::predict},
+    {"doctor", "find where the accelerator starves, and what fixes it",
+     "Runs the recipe's training step over a ladder of caches (device-cached, host-cached,\n"
+     "decoded-cached, raw-cached, full), prints samples/s, the input wait and per-stage costs\n"
+     "of each, then a diagnosis computed from them: input-bound or compute-bound, where, why,\n"
+     "and the remedy with its predicted effect; one JSON line last. --tune searches the\n"
+     "loader's settings, --batch the batch size, both by measurement.",
+     doctor_flags, stoker::apps::doctor},
 };
 
 // ---- parsing: the table into CLI11, the default subcommand, usage errors as one sentence ----------

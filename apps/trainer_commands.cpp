@@ -13,6 +13,7 @@
 
 #include "trainer/callbacks.h"
 #include "trainer/config.h"
+#include "trainer/doctor.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
 #include "trainer/run.h"
@@ -185,6 +186,48 @@ int predict(const Args& args) {
       classes.push_back(fmt::format("{} ({:.4f})", p.classes[i], p.probabilities[i]));
     }
     std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
+  }
+  return 0;
+}
+
+int doctor(const Args& args) {
+  const std::optional<stoker::Config> loaded = load_or_print(args);
+  if (!loaded) return 0;
+  const stoker::Config& config = *loaded;
+  const int64_t budget = args.memory_budget_mb * 1000 * 1000;
+  stoker::DoctorOptions options;
+  options.steps = args.doctor_steps;
+  options.memory_budget_bytes = budget;
+  options.trace_path = args.trace;
+  stoker::logger().info("doctor: {}{}", args.config,
+                        args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
+  const stoker::LadderResult ladder = stoker::run_ladder(config, options);
+  std::fputs(stoker::format_ladder(ladder).c_str(), stdout);
+  std::printf("%s\n", stoker::ladder_json(ladder).c_str());
+  std::fflush(stdout);
+  if (args.tune) {
+    stoker::TuneOptions tune;
+    tune.budget_seconds = args.tune_budget;
+    const stoker::TuneResult r = stoker::tune(config, tune);
+    std::printf("\n%s", stoker::format_tune(r).c_str());
+    std::printf("%s\n", stoker::JsonLine()
+                            .add("tune_start_samples_per_s", r.start.samples_per_s)
+                            .add("tune_best_samples_per_s", r.best.samples_per_s)
+                            .add("tune_ceiling_samples_per_s", r.ceiling_samples_per_s)
+                            .add("workers", r.best.workers)
+                            .add("prefetch_factor", r.best.prefetch_factor)
+                            .add("device_prefetch", r.best.device_prefetch)
+                            .add("seconds", r.seconds)
+                            .str()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  if (args.batch) {
+    stoker::BatchSweepOptions sweep;
+    sweep.max_batch = args.max_batch;
+    sweep.memory_budget_bytes = budget;
+    const stoker::BatchSweepResult r = stoker::batch_sweep(config, sweep);
+    std::printf("\n%s", stoker::format_batch_sweep(config, r).c_str());
   }
   return 0;
 }

@@ -20,6 +20,13 @@ struct Args {
   std::string split = "train";         // bench-data
   std::string output = "float";        // bench-data
   int64_t steps = 50;                  // bench-step
+  int64_t doctor_steps = 30;           // doctor: timed steps per rung
+  bool tune = false;                   // doctor
+  double tune_budget = 90;             // doctor --tune: seconds
+  bool batch = false;                  // doctor
+  std::string trace;                   // doctor: timeline of the full rung
+  int64_t max_batch = 4096;            // doctor --batch
+  int64_t memory_budget_mb = 0;        // doctor: caches (and --batch on the CPU); 0 = half the free memory
   std::string checkpoint;              // eval, predict
   int64_t top = 5;                     // predict
   bool ema = false;                    // predict
@@ -32,5 +39,6 @@ int bench_data(const Args& args);
 int bench_step(const Args& args);
 int eval(const Args& args);
 int predict(const Args& args);
+int doctor(const Args& args);
 
 }  // namespace stoker::apps

@@ -146,6 +146,7 @@ void Loader::worker_loop(int64_t worker) {
   const int64_t workers = options_.workers;
   const int64_t window = workers * options_.prefetch_factor;
   SampleWork work;  // this worker's buffers, reused from sample to sample
+  trace::name_thread(fmt::format("loader worker {}", worker));
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_cv_.wait(lock, [&] {
@@ -207,7 +208,9 @@ HostBatch* Loader::take_ready_batch() {
   (void)sampler_.next();
   lock.unlock();
   work_cv_.notify_all();
-  wait_ns_ += now_ns() - t0;
+  const int64_t t1 = now_ns();
+  wait_ns_ += t1 - t0;
+  trace::record("wait for batch", t0, t1);
   return batch;
 }
 

@@ -28,13 +28,13 @@ SamplePipeline::SamplePipeline(std::shared_ptr<Dataset> dataset, SamplePipelineO
 }
 
 void SamplePipeline::read(int64_t index, SampleWork& work) {
-  StageTimer<std::atomic<int64_t>> timer(read_ns_);
+  StageTimer<std::atomic<int64_t>> timer(read_ns_, "read");
   work.index = index;
   dataset_->read(index, work.raw);
 }
 
 void SamplePipeline::decode(uint64_t seed, SampleWork& work) {
-  StageTimer<std::atomic<int64_t>> timer(decode_ns_);
+  StageTimer<std::atomic<int64_t>> timer(decode_ns_, "decode");
   SampleRng rng(seed);
   const RawSample& raw = work.raw;
   if (!raw.encoded) {
@@ -61,7 +61,7 @@ void SamplePipeline::decode(uint64_t seed, SampleWork& work) {
 }
 
 void SamplePipeline::transform(const SampleWork& work, uint8_t* out) {
-  StageTimer<std::atomic<int64_t>> timer(transform_ns_);
+  StageTimer<std::atomic<int64_t>> timer(transform_ns_, "transform");
   const SamplePlan& plan = work.plan;
   if (work.region.width > 0 && work.region.height > 0) {
     apply_plan(work.pixels(), work.region, plan, out);

@@ -88,7 +88,7 @@ bool DevicePrefetcher::asynchronous() const {
 void DevicePrefetcher::push(HostBatch* host) {
   STOKER_CHECK(asynchronous(), "DevicePrefetcher::push needs a CUDA device and a build with CUDA");
 #ifdef STOKER_WITH_CUDA
-  StageTimer<int64_t> timer(copy_ns_);
+  StageTimer<int64_t> timer(copy_ns_, "copy");
   if (!copy_stream_) copy_stream_ = std::make_unique<CopyStream>(options_.device);
   auto f = std::make_unique<InFlight>();
   f->host = host;
@@ -104,7 +104,7 @@ void DevicePrefetcher::push(HostBatch* host) {
 
 Batch DevicePrefetcher::pop() {
   STOKER_CHECK(!in_flight_.empty(), "DevicePrefetcher::pop: no batch in flight");
-  StageTimer<int64_t> timer(copy_ns_);
+  StageTimer<int64_t> timer(copy_ns_, "copy");
   std::unique_ptr<InFlight> f = std::move(in_flight_.front());
   in_flight_.pop_front();
   Batch batch;
@@ -135,7 +135,7 @@ void wait_for_current_stream(torch::Device device) {
 }  // namespace
 
 Batch DevicePrefetcher::convert(HostBatch& host) {
-  StageTimer<int64_t> timer(copy_ns_);
+  StageTimer<int64_t> timer(copy_ns_, "copy");
   const torch::Tensor images = host.images.narrow(0, 0, host.count);
   const torch::Tensor labels = host.labels.narrow(0, 0, host.count);
   Batch batch;

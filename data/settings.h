@@ -25,6 +25,10 @@ enum class BadSamples {
   kError  // stop with an error naming the sample
 };
 
+// Samples kept in memory after their first read (data/cache.h): none; raw (the bytes each read
+// gives, so storage is read once); decoded (decoded, untransformed images, so decoding happens once).
+enum class DataCache { kNone, kRaw, kDecoded };
+
 struct DataSettings {
   // The data set type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and its
   // own keys (data.<type>: ...).
@@ -39,6 +43,7 @@ struct DataSettings {
   int64_t prefetch_factor = 2;  // batches in flight per worker
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
   bool pin_memory = true;       // pinned batch buffers when training on CUDA
+  DataCache cache = DataCache::kNone;  // keep samples in memory (`trainer doctor` says when it pays)
   BadSamples on_bad_sample = BadSamples::kSkip;
   // JPEG/PNG files whose header claims more pixels are bad samples, refused before decoding
   // (decompression bombs); Pillow's default.

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "common/trace.h"
+
 namespace stoker::data {
 
 inline int64_t now_ns() {
@@ -13,17 +15,24 @@ inline int64_t now_ns() {
       .count();
 }
 
-// Adds the nanoseconds from its construction to its destruction to `total` (also on an exception).
+// Adds the nanoseconds from its construction to its destruction to `total` (also on an exception),
+// and records them as an event named `trace_name` (a literal) while a trace is recording.
 template <typename Total>
 class StageTimer {
  public:
-  explicit StageTimer(Total& total) : total_(total), start_(now_ns()) {}
-  ~StageTimer() { total_ += now_ns() - start_; }
+  explicit StageTimer(Total& total, const char* trace_name = nullptr)
+      : total_(total), trace_name_(trace_name), start_(now_ns()) {}
+  ~StageTimer() {
+    const int64_t end = now_ns();
+    total_ += end - start_;
+    if (trace_name_ != nullptr) trace::record(trace_name_, start_, end);
+  }
   StageTimer(const StageTimer&) = delete;
   StageTimer& operator=(const StageTimer&) = delete;
 
  private:
   Total& total_;
+  const char* trace_name_;
   int64_t start_;
 };
 

@@ -1,5 +1,7 @@
 #include "trainer/callbacks.h"
 
+#include "common/trace.h"
+
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -217,6 +219,39 @@ bool stop_signal_received() { return g_stop_signal.load(); }
 
 void StopOnSignalCallback::on_train_step_end(Trainer& trainer, const StepInfo&) {
   if (g_stop_signal.load()) trainer.request_stop();
+}
+
+// ---- TraceCallback ----------------------------------------------------------------------------------
+
+void TraceCallback::on_fit_start(Trainer& trainer) {
+  trace::name_thread("training");
+  if (options_.steps > 0 && trainer.state().step == options_.start_step) {
+    trace::start();
+    recording_ = true;
+  }
+}
+
+void TraceCallback::on_train_step_end(Trainer& /*trainer*/, const StepInfo& step) {
+  if (options_.steps <= 0 || written_ || !step.optimizer_step) return;
+  if (!recording_ && step.step == options_.start_step) {
+    trace::start();
+    recording_ = true;
+  } else if (recording_ && step.step >= options_.start_step + options_.steps) {
+    finish(step.step);
+  }
+}
+
+void TraceCallback::on_fit_end(Trainer& trainer, const FitResult& /*result*/) {
+  if (recording_ && !written_) finish(trainer.state().step);
+}
+
+void TraceCallback::finish(int64_t step) {
+  trace::stop();
+  recording_ = false;
+  written_ = true;
+  trace::write(path_);
+  logger().info("train.trace: steps {} to {} written to {} ({} events; open it in ui.perfetto.dev)",
+                options_.start_step + 1, step, path_.string(), trace::event_count());
 }
 
 }  // namespace stoker

@@ -66,6 +66,22 @@ class EarlyStoppingCallback : public Callback {
   std::string reason_;
 };
 
+// train.trace: records optimizer steps [start_step, start_step + steps) as a timeline (common/trace.h)
+// and writes it to `path` when the window closes, or when fit() ends first.
+class TraceCallback : public Callback {
+ public:
+  TraceCallback(std::filesystem::path path, TraceOptions options) : path_(std::move(path)), options_(options) {}
+  void on_fit_start(Trainer& trainer) override;
+  void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
+  void on_fit_end(Trainer& trainer, const FitResult& result) override;
+
+ private:
+  void finish(int64_t step);
+  std::filesystem::path path_;
+  TraceOptions options_;
+  bool recording_ = false, written_ = false;
+};
+
 // Installs SIGINT/SIGTERM handlers that ask the Trainer to stop after its current step (a second
 // signal ends the process at once). Returns true once a stop signal arrived.
 void install_stop_signal_handlers();

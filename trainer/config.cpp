@@ -76,6 +76,8 @@ void visit_data(Config& c, V& v) {
   v.field("device_prefetch", c.data.device_prefetch, at_least(1));
   v.field("pin_memory", c.data.pin_memory);
   v.field("max_image_pixels", c.data.max_image_pixels, at_least(1));
+  choice(v, "cache", c.data.cache,
+         {{"none", data::DataCache::kNone}, {"raw", data::DataCache::kRaw}, {"decoded", data::DataCache::kDecoded}});
   choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
   v.typed_list("train_transforms", c.data.train_transforms, transforms);
   v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
@@ -127,12 +129,17 @@ void visit_train(Config& c, V& v) {
   v.field("effective_batch_size", c.train.effective_batch_size, at_least(0));
   v.field("strict_sizes", c.train.strict_sizes);
   v.field("cuda_graph", c.train.cuda_graph);
+  v.field("cudnn_benchmark", c.train.cudnn_benchmark);
   v.field("label_smoothing", c.train.label_smoothing, unit_open());
   v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
   v.field("channels_last", c.train.channels_last);
   v.field("log_every_steps", c.train.log_every_steps, at_least(1));
   v.field("ema_decay", c.train.ema_decay, unit_open());
   v.field("ema_warmup", c.train.ema_warmup);
+  v.section("trace", [&] {
+    v.field("start_step", c.train.trace.start_step, at_least(0));
+    v.field("steps", c.train.trace.steps, at_least(0));
+  });
   v.section("early_stopping", [&] {
     v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
     v.field("patience", c.train.early_stopping.patience, at_least(0));

@@ -42,6 +42,13 @@ struct EarlyStoppingOptions {
 };
 
 
+// A timeline of a window of training steps, written as Trace Event JSON to <run dir>/trace.json
+// (common/trace.h): from optimizer step `start_step` for `steps` steps; steps 0 = off.
+struct TraceOptions {
+  int64_t start_step = 100;
+  int64_t steps = 0;
+};
+
 struct TrainOptions {
   int64_t epochs = 10;
   Precision precision = Precision::kFp32;  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true
@@ -53,6 +60,10 @@ struct TrainOptions {
   int64_t effective_batch_size = 0;
   bool strict_sizes = false;     // batch/channel sizes that are not multiples of 8 are errors
   bool cuda_graph = false;       // capture the whole training step as one CUDA graph
+  // cuDNN's autotuner (cudnn.benchmark): on CUDA, each convolution shape is timed once against the
+  // algorithms cuDNN has and the fastest kept. Applied only when every batch has the same shape
+  // (fixed-size data or transforms); with shapes that vary it would re-tune on every new shape.
+  bool cudnn_benchmark = true;
 
   double label_smoothing = 0.0;
   double grad_clip_norm = 0.0;  // clip gradients to this global L2 norm; 0 = off
@@ -63,6 +74,7 @@ struct TrainOptions {
   double ema_decay = 0.0;
   bool ema_warmup = false;  // timm's EMA warm-up: decay min(ema_decay, 1 - (1 + updates)^(-2/3))
   EarlyStoppingOptions early_stopping;
+  TraceOptions trace;
 };
 
 struct CheckpointOptions {

@@ -41,6 +41,10 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
                                       std::shared_ptr<data::BatchSource> train,
                                       std::shared_ptr<data::BatchSource> eval, torch::Device device);
 
+// Turns cuDNN's autotuner on when train.cudnn_benchmark is set, the device is CUDA and every batch
+// of `train` has the same shape (a fixed-output pipeline); off otherwise. Returns whether it is on.
+bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train);
+
 // Everything a config describes: the device (run.device), threads, the seed, both loaders, the model
 // and the Trainer.
 struct TrainingSetup {

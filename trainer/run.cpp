@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "data/cache.h"
 #include "data/dataset.h"
 #include "models/registry.h"
 #include "trainer/callbacks.h"
@@ -49,10 +50,34 @@ void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
   }
 }
 
+namespace {
+// The split's samples read (and decoded) once into memory, as data.cache asks.
+std::shared_ptr<data::Dataset> cached(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                      const std::string& split) {
+  data::CacheOptions o;
+  o.set_level(config.data.cache == data::DataCache::kRaw ? data::CacheLevel::kRaw : data::CacheLevel::kDecoded);
+  o.set_fill_threads(std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  o.max_image_pixels = config.data.max_image_pixels;
+  std::shared_ptr<data::CachedDataset> cache;
+  try {
+    cache = std::make_shared<data::CachedDataset>(std::move(dataset), o);
+  } catch (const Error& e) {
+    throw Error(fmt::format("data.cache: {}: every sample of the {} split must load to be cached; remove it, or "
+                            "set data.cache: none to skip bad samples instead",
+                            e.what(), split));
+  }
+  logger().info("data.cache: {} {} samples of the {} split in memory ({:.1f} MB, {:.1f} s to fill)",
+                data::cache_level_name(cache->level()), cache->size(), split,
+                static_cast<double>(cache->bytes()) / 1e6, cache->fill_seconds());
+  return cache;
+}
+}  // namespace
+
 std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
   const DataOptions& d = config.data;
   const data::DatasetOptions o = data::dataset_options(d, split, config.run.seed);
   std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
+  if (d.cache != data::DataCache::kNone) dataset = cached(config, std::move(dataset), split);
   STOKER_CHECK(dataset->num_classes() == d.num_classes,
                "the {} data has {} classes but data.num_classes is {}; make them agree", split,
                dataset->num_classes(), d.num_classes);
@@ -226,6 +251,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
   }
+  trainer.add_callback(std::make_shared<TraceCallback>(outcome.run_dir / "trace.json", config.train.trace));
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further",

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "optim/optim.h"
+#include "common/trace.h"
 #include "trainer/cuda_graph_step.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
@@ -149,9 +150,20 @@ void Trainer::apply_update() {
 
 torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Tensor& target, int64_t accumulate,
                                      bool update) {
-  torch::Tensor loss = compute_loss(forward(input), target);
-  backward(loss, accumulate);
-  if (update) apply_update();
+  torch::Tensor logits;
+  {
+    trace::Scope traced("forward");
+    logits = forward(input);
+  }
+  torch::Tensor loss = compute_loss(logits, target);
+  {
+    trace::Scope traced("backward");
+    backward(loss, accumulate);
+  }
+  if (update) {
+    trace::Scope traced("optimizer");
+    apply_update();
+  }
   return loss;
 }
 
@@ -241,7 +253,11 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   double data_seconds = 0;
   while (true) {
     const double t0 = now_s();
-    std::optional<data::Batch> batch = train_->next();
+    std::optional<data::Batch> batch;
+    {
+      trace::Scope traced("next batch");
+      batch = train_->next();
+    }
     const double t1 = now_s();
     if (!batch) break;
     StepInfo info;

@@ -74,14 +74,14 @@ void expect_usage_error(const std::string& args, const std::string& message, con
 }
 
 TEST(TrainerCli, AFlagOfAnotherSubcommandNamesTheSubcommandsThatTakeIt) {
-  expect_usage_error("train --steps 5", "--steps is not an option of 'train'; it belongs to: bench-step", "train");
+  expect_usage_error("train --steps 5", "--steps is not an option of 'train'; it belongs to: bench-step, doctor", "train");
   // Reported before the missing --config, and the same with --flag=value and the default subcommand.
-  expect_usage_error("--config a.yaml --steps=5", "--steps is not an option of 'train'; it belongs to: bench-step",
+  expect_usage_error("--config a.yaml --steps=5", "--steps is not an option of 'train'; it belongs to: bench-step, doctor",
                      "train");
   expect_usage_error("bench-data --config a.yaml --checkpoint c.pt",
                      "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict", "bench-data");
   expect_usage_error("predict --checkpoint c.pt --print-config x.png",
-                     "--print-config is not an option of 'predict'; it belongs to: train, bench-data, bench-step, eval",
+                     "--print-config is not an option of 'predict'; it belongs to: train, bench-data, bench-step, eval, doctor",
                      "predict");
   expect_usage_error("eval --config a.yaml --checkpoint c.pt --top 3",
                      "--top is not an option of 'eval'; it belongs to: predict", "eval");
@@ -96,7 +96,7 @@ TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
                      "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
                      "eval");
   expect_usage_error("frobnicate --config a.yaml",
-                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict",
+                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor",
                      "");
   expect_usage_error("train extra --config a.yaml", "unexpected argument 'extra' for 'train'", "train");
 }

@@ -1,0 +1,264 @@
+// trainer/doctor.h: the diagnosis from given numbers (DoctorDiagnosis), and the ladder, the tuner
+// and the batch sweep on synthetic data of a known per-sample CPU cost (DoctorLadder: these time
+// real steps, so CTest runs them alone, RUN_SERIAL, see tests/CMakeLists.txt).
+#include "trainer/doctor.h"
+
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using stoker::testing::TempDir;
+
+// ---- the diagnosis from numbers -------------------------------------------------------------------
+
+RungResult rung(const std::string& name, double samples_per_s, int64_t batch, double read_us = 0,
+                double decode_us = 0, double transform_us = 0) {
+  RungResult r;
+  r.name = name;
+  r.steps = 10;
+  r.samples = 10 * batch;
+  r.seconds = static_cast<double>(r.samples) / samples_per_s;
+  r.samples_per_s = samples_per_s;
+  r.steps_per_s = samples_per_s / static_cast<double>(batch);
+  r.stages.read = read_us * 1e-6 * static_cast<double>(r.samples);
+  r.stages.decode = decode_us * 1e-6 * static_cast<double>(r.samples);
+  r.stages.transform = transform_us * 1e-6 * static_cast<double>(r.samples);
+  return r;
+}
+
+LadderContext gpu_context(int64_t workers, int64_t cores) {
+  LadderContext c;
+  c.device = "cuda:0";
+  c.batch_size = 256;
+  c.workers = workers;
+  c.cores = cores;
+  c.available_bytes = 20e9;
+  c.full_decoded_cache_bytes = 3.8e9;
+  return c;
+}
+
+TEST(DoctorDiagnosis, DecodeBoundOnAGpuAsksForTheWorkersThatKeepUp) {
+  // The issue's example: 40 ms of compute per step at batch 256 (6,400 samples/s), decode at
+  // 1.9 ms/sample over 8 workers: 61 ms of decoding per step.
+  const double ceiling = 6400;
+  const double full = 256 / 0.0608;  // the workers' pace
+  const std::vector<RungResult> rungs = {rung("device-cached", ceiling, 256), rung("host-cached", 6300, 256),
+                                         rung("decoded-cached", 6200, 256, 0, 0, 100),
+                                         rung("raw-cached", full, 256, 0, 1900, 100),
+                                         rung("full", full * 0.98, 256, 30, 1900, 100)};
+  const Diagnosis d = diagnose(gpu_context(8, 16), rungs);
+  ASSERT_FALSE(d.lines.empty());
+  EXPECT_TRUE(d.input_bound);
+  EXPECT_EQ(d.lines[0].rfind("input-bound", 0), 0u) << d.lines[0];
+  EXPECT_EQ(d.bottleneck, "raw-cached");
+  // (30 + 1900 + 100) us * 256 = 520 ms of CPU per step; 40 ms of compute at 90%: 15 workers.
+  EXPECT_EQ(d.suggested_workers, 15);
+  const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_CONTAINS(all, "decoding costs 1900 us/sample");
+  EXPECT_CONTAINS(all, "raise data.workers to >= 15 (this machine has 16 cores)");
+}
+
+TEST(DoctorDiagnosis, TooFewCoresSuggestsTheDecodedCacheWithItsSize) {
+  const std::vector<RungResult> rungs = {rung("device-cached", 6400, 256), rung("host-cached", 6300, 256),
+                                         rung("decoded-cached", 6200, 256, 0, 0, 100),
+                                         rung("raw-cached", 2000, 256, 0, 1900, 100),
+                                         rung("full", 1900, 256, 30, 1900, 100)};
+  const Diagnosis d = diagnose(gpu_context(8, 8), rungs);
+  EXPECT_EQ(d.suggested_workers, -1);
+  const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_CONTAINS(all, "workers alone cannot keep up");
+  EXPECT_CONTAINS(all, "data.cache: decoded; needs 3.8 GB, 20.0 GB free");
+}
+
+TEST(DoctorDiagnosis, FullNearTheCeilingIsComputeBound) {
+  const std::vector<RungResult> rungs = {rung("device-cached", 1000, 64), rung("decoded-cached", 990, 64),
+                                         rung("raw-cached", 985, 64), rung("full", 960, 64, 10)};
+  const Diagnosis d = diagnose(gpu_context(4, 16), rungs);
+  EXPECT_FALSE(d.input_bound);
+  EXPECT_EQ(d.lines[0].rfind("compute-bound", 0), 0u) << d.lines[0];
+  EXPECT_EQ(d.bottleneck, "");
+}
+
+TEST(DoctorDiagnosis, ASlowCopyPointsAtPinnedMemoryAndPrefetch) {
+  const std::vector<RungResult> rungs = {rung("device-cached", 1000, 64), rung("host-cached", 500, 64),
+                                         rung("decoded-cached", 490, 64), rung("raw-cached", 480, 64),
+                                         rung("full", 470, 64)};
+  const Diagnosis d = diagnose(gpu_context(4, 16), rungs);
+  EXPECT_TRUE(d.input_bound);
+  EXPECT_EQ(d.bottleneck, "host-cached");
+  EXPECT_CONTAINS(fmt::format("{}", fmt::join(d.lines, "\n")), "data.device_prefetch");
+}
+
+// ---- the ladder, measured --------------------------------------------------------------------------
+
+// Synthetic 24x24 images of a known read cost, a small network, one libtorch thread.
+Config synthetic_config(const TempDir& dir, int64_t cost_us, int64_t workers) {
+  const std::string yaml = fmt::format(R"(
+run: {{name: doctor, dir: "{}", seed: 3, device: cpu, threads: 1}}
+data:
+  type: synthetic
+  num_classes: 10
+  batch_size: 16
+  workers: {}
+  synthetic: {{train_samples: 2048, test_samples: 64, height: 24, width: 24, channels: 3, cpu_cost_us: {}}}
+  mean: [0.5, 0.5, 0.5]
+  std: [0.25, 0.25, 0.25]
+model: {{type: compact_resnet, widths: [16, 32], blocks: [1, 1]}}
+optimizer: {{type: sgd, lr: 0.01}}
+train: {{epochs: 1}}
+)",
+                                       dir.path().string(), workers, cost_us);
+  return parse_config(yaml, "doctor_test.yaml");
+}
+
+DoctorOptions quick(int64_t steps = 20) {
+  DoctorOptions o;
+  o.steps = steps;
+  o.warmup = 3;
+  return o;
+}
+
+TEST(DoctorLadder, CostFreeDataIsComputeBoundAndTheCpuSaysSoOfTheHostRung) {
+  TempDir dir;
+  const LadderResult r = run_ladder(synthetic_config(dir, 0, 0), quick());
+  ASSERT_EQ(r.rungs.size(), 5u);
+  EXPECT_FALSE(r.rung("host-cached").measured);
+  EXPECT_CONTAINS(r.rung("host-cached").note, "on the CPU");
+  EXPECT_FALSE(r.diagnosis.input_bound) << format_ladder(r);
+  EXPECT_CONTAINS(format_ladder(r), "compute-bound");
+  EXPECT_CONTAINS(ladder_json(r), "\"input_bound\":false");
+}
+
+// The predicted worker count, applied, brings the full rung within 10% of the ceiling. The data's
+// cost is set from the measured compute time, so that one worker can keep up on any machine.
+TEST(DoctorLadder, PredictedWorkersBringTheFullRungToTheCeiling) {
+  TempDir dir;
+  const LadderResult calibration = run_ladder(synthetic_config(dir, 0, 0), quick(10));
+  const double compute_us = 1e6 / calibration.rung("device-cached").steps_per_s;
+  const auto cost = static_cast<int64_t>(0.45 * compute_us / 16);
+  const LadderResult starved = run_ladder(synthetic_config(dir, cost, 0), quick());
+  ASSERT_TRUE(starved.diagnosis.input_bound) << format_ladder(starved);
+  EXPECT_EQ(starved.diagnosis.bottleneck, "full") << format_ladder(starved);  // synthetic data pays in read
+  ASSERT_GE(starved.diagnosis.suggested_workers, 1) << format_ladder(starved);
+  EXPECT_CONTAINS(format_ladder(starved), fmt::format("raise data.workers to >= {}", starved.diagnosis.suggested_workers));
+  const LadderResult cured =
+      run_ladder(synthetic_config(dir, cost, starved.diagnosis.suggested_workers), quick());
+  EXPECT_GE(cured.rung("full").ratio, 0.9) << format_ladder(cured);
+}
+
+TEST(DoctorLadder, ExpensiveDataWithoutWorkersIsInputBound) {
+  TempDir dir;
+  const LadderResult r = run_ladder(synthetic_config(dir, 3000, 0), quick(8));
+  EXPECT_TRUE(r.diagnosis.input_bound) << format_ladder(r);
+  EXPECT_LT(r.rung("full").ratio, 0.5) << format_ladder(r);
+  EXPECT_GT(r.rung("full").wait_share, 0.5);
+  EXPECT_NEAR(r.rung("full").us_per_sample(r.rung("full").stages.read), 3000, 1500);
+  EXPECT_CONTAINS(format_ladder(r), "input-bound");
+}
+
+TEST(DoctorLadder, ACacheOverItsMemoryBudgetIsASubsetAndSaysSo) {
+  TempDir dir;
+  DoctorOptions o = quick(4);
+  o.memory_budget_bytes = 200 * 1000;  // ~250 samples of 24x24x3, fewer than the 8 x 16 + 16 needed... and more
+  const LadderResult r = run_ladder(synthetic_config(dir, 0, 0), o);
+  EXPECT_TRUE(r.rung("decoded-cached").measured);
+  EXPECT_CONTAINS(r.rung("decoded-cached").note, "samples cached");
+  o.memory_budget_bytes = 40 * 1000;  // about 45 samples
+  const LadderResult small = run_ladder(synthetic_config(dir, 0, 0), o);
+  EXPECT_CONTAINS(small.rung("decoded-cached").note, "a subset:");
+  EXPECT_CONTAINS(small.rung("decoded-cached").note, "over the memory budget");
+  EXPECT_CONTAINS(format_ladder(small), "a subset:");
+}
+
+TEST(DoctorLadder, TuneFindsFasterSettingsWithinItsBudget) {
+  TempDir dir;
+  TuneOptions o;
+  o.budget_seconds = 20;
+  o.steps = 10;
+  o.warmup = 2;
+  const TuneResult r = tune(synthetic_config(dir, 1500, 0), o);
+  EXPECT_EQ(r.start.workers, 0);
+  EXPECT_GE(r.best.samples_per_s, r.start.samples_per_s);
+  EXPECT_GE(r.best.workers, 1) << format_tune(r);
+  EXPECT_GT(r.best.samples_per_s, 1.3 * r.start.samples_per_s) << format_tune(r);
+  // The budget is checked between trials: one trial may run past it.
+  EXPECT_LT(r.seconds, o.budget_seconds + 10) << format_tune(r);
+  EXPECT_CONTAINS(r.set_line(), fmt::format("--set data.workers={}", r.best.workers));
+  const Config applied = parse_config(r.yaml(), "tuned.yaml");
+  EXPECT_EQ(applied.data.workers, r.best.workers);
+}
+
+TEST(DoctorLadder, BatchSweepStopsAtTheMemoryBudget) {
+  TempDir dir;
+  BatchSweepOptions o;
+  o.min_batch = 8;
+  o.max_batch = 64;
+  o.steps = 2;
+  o.warmup = 1;
+  const BatchSweepResult r = batch_sweep(synthetic_config(dir, 0, 0), o);
+  ASSERT_EQ(r.trials.size(), 4u);  // 8, 16, 32, 64
+  for (const BatchTrial& t : r.trials) {
+    EXPECT_TRUE(t.fits);
+    EXPECT_GT(t.samples_per_s, 0);
+    EXPECT_GT(t.peak_bytes, 0);
+    EXPECT_DOUBLE_EQ(t.lr, 0.01 * static_cast<double>(t.batch_size) / 16);
+  }
+  EXPECT_GT(r.best_batch, 0);
+  o.memory_budget_bytes = 1000;  // nothing fits in a kilobyte
+  const BatchSweepResult none = batch_sweep(synthetic_config(dir, 0, 0), o);
+  ASSERT_EQ(none.trials.size(), 1u);
+  EXPECT_FALSE(none.trials[0].fits);
+  EXPECT_CONTAINS(none.stopped_because, "over the budget");
+  EXPECT_EQ(none.best_batch, 0);
+}
+
+TEST(DoctorLadder, TheProgramPrintsTheTableTheDiagnosisAndJson) {
+  TempDir dir;
+  const std::string config = (dir / "starved.yaml").string();
+  stoker::testing::write_bytes(config, config_to_yaml(synthetic_config(dir, 2000, 0)));
+  const std::string out = (dir / "out.txt").string();
+  ASSERT_EQ(stoker::testing::shell(fmt::format("'{}' doctor --config '{}' --steps 4 > '{}' 2>&1", STOKER_TRAINER_BIN,
+                                               config, out)),
+            0)
+      << stoker::testing::read_bytes(out);
+  const std::string text = stoker::testing::read_bytes(out);
+  for (const char* part : {"device-cached", "host-cached", "decoded-cached", "raw-cached", "full", "diagnosis:",
+                           "input-bound", "\"input_bound\":true"}) {
+    EXPECT_CONTAINS(text, part);
+  }
+}
+
+// The timeline of the full rung has a track for every loader worker, with their stages on them.
+TEST(DoctorLadder, TraceHasEventsFromEveryWorker) {
+  TempDir dir;
+  DoctorOptions o = quick(6);
+  o.trace_path = (dir / "trace.json").string();
+  run_ladder(synthetic_config(dir, 200, 2), o);
+  const YAML::Node root = YAML::LoadFile(o.trace_path);
+  std::map<int64_t, std::string> tracks;
+  std::map<std::string, std::set<std::string>> events;  // by track name
+  for (const YAML::Node& e : root["traceEvents"]) {
+    if (e["ph"].as<std::string>() == "M") tracks[e["tid"].as<int64_t>()] = e["args"]["name"].as<std::string>();
+  }
+  for (const YAML::Node& e : root["traceEvents"]) {
+    if (e["ph"].as<std::string>() == "X") events[tracks[e["tid"].as<int64_t>()]].insert(e["name"].as<std::string>());
+  }
+  for (const char* worker : {"loader worker 0", "loader worker 1"}) {
+    EXPECT_TRUE(events[worker].count("read")) << worker;
+    EXPECT_TRUE(events[worker].count("transform")) << worker;
+  }
+  for (const char* step : {"next batch", "forward", "backward", "optimizer"}) EXPECT_TRUE(events["training"].count(step)) << step;
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,220 @@
+// The caching ladder of `trainer doctor` (see doctor.h): building each rung's batch source and
+// timing the real training step over it.
+#include "trainer/doctor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "common/trace.h"
+#include "data/cache.h"
+#include "data/loader.h"
+#include "data/normalize.h"
+#include "trainer/doctor_detail.h"
+#include "trainer/factory.h"
+#include "trainer/logging.h"
+#include "trainer/run.h"
+
+namespace stoker {
+namespace doctor {
+
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024.0;
+  }
+  return 0;
+}
+
+void synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+namespace {
+// The next batch of `source`, starting its next epoch when one ends.
+data::Batch next_batch(data::BatchSource& source, int64_t& epoch) {
+  std::optional<data::Batch> b = source.next();
+  if (!b) {
+    source.start_epoch(++epoch);
+    b = source.next();
+    STOKER_CHECK(b.has_value(), "doctor: the data gives no batch in an epoch (fewer samples than one batch?)");
+  }
+  return std::move(*b);
+}
+}  // namespace
+
+RungResult measure_rung(const std::string& name, Trainer& trainer, data::BatchSource& source, int64_t warmup,
+                        int64_t steps) {
+  using clock = std::chrono::steady_clock;
+  RungResult r;
+  r.name = name;
+  int64_t epoch = 0;
+  source.start_epoch(epoch);
+  trainer.module().train();
+  for (int64_t i = 0; i < warmup; ++i) trainer.train_step(next_batch(source, epoch));
+  synchronize(trainer.device());
+  (void)source.take_times();
+  double wait = 0;
+  const auto start = clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    const auto asked = clock::now();
+    data::Batch batch = [&] {
+      trace::Scope traced("next batch");
+      return next_batch(source, epoch);
+    }();
+    wait += std::chrono::duration<double>(clock::now() - asked).count();
+    trainer.train_step(batch);
+    r.samples += batch.size();
+  }
+  synchronize(trainer.device());
+  r.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  r.stages = source.take_times();
+  r.steps = steps;
+  r.steps_per_s = static_cast<double>(steps) / r.seconds;
+  r.samples_per_s = static_cast<double>(r.samples) / r.seconds;
+  r.wait_share = std::min(1.0, wait / r.seconds);
+  return r;
+}
+
+std::shared_ptr<data::BatchSource> device_cached_source(data::Loader& loader, int64_t count) {
+  return std::make_shared<data::CachedBatchSource>(data::take_batches(loader, count), loader.num_batches(),
+                                                   loader.channels(), loader.out_height(), loader.out_width());
+}
+
+}  // namespace doctor
+
+using doctor::measure_rung;
+
+double RungResult::us_per_sample(double seconds_in_stage) const {
+  return samples > 0 ? 1e6 * seconds_in_stage / static_cast<double>(samples) : 0.0;
+}
+
+const RungResult& LadderResult::rung(const std::string& name) const {
+  for (const RungResult& r : rungs) {
+    if (r.name == name) return r;
+  }
+  throw Error(fmt::format("doctor: no rung named '{}'", name));
+}
+
+namespace {
+
+// Finished uint8 batches kept in (pinned) host memory; every next() copies one to the device and
+// normalises it there, as the loader's prefetcher does.
+std::shared_ptr<data::BatchSource> host_cached_source(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                                      const data::Loader& full, int64_t count) {
+  const torch::Device device = full.options().device;
+  auto u8 = make_loader(config, std::move(dataset), torch::kCPU, "train", /*output_uint8=*/true);
+  std::vector<data::Batch> batches = data::take_batches(*u8, count);
+  for (data::Batch& b : batches) {
+    b.input = b.input.pin_memory();
+    b.target = b.target.to(device);
+  }
+  data::Normalizer normalize(full.channels(), full.options().normalize());
+  auto prepare = [device, normalize](const torch::Tensor& host) {
+    return normalize(host.to(device, /*non_blocking=*/true));
+  };
+  return std::make_shared<data::CachedBatchSource>(std::move(batches), full.num_batches(), full.channels(),
+                                                   full.out_height(), full.out_width(), prepare);
+}
+
+std::string cache_note(const data::CachedDataset& cache) {
+  std::string note = fmt::format("{} samples cached ({:.1f} MB, filled in {:.1f} s)", cache.size(),
+                                 static_cast<double>(cache.bytes()) / 1e6, cache.fill_seconds());
+  if (!cache.subset_reason().empty()) note += fmt::format("; a subset: {}", cache.subset_reason());
+  return note;
+}
+
+// A rung over a CachedDataset of `level`, holding the samples the timed steps use.
+RungResult cached_dataset_rung(const Config& config, Trainer& trainer, std::shared_ptr<data::Dataset> dataset,
+                               data::CacheLevel level, const DoctorOptions& options, LadderContext& context) {
+  const int64_t needed = (options.warmup + options.steps + 1) * config.data.batch_size;
+  data::CacheOptions cache;
+  cache.set_level(level).set_max_samples(needed).set_fill_threads(std::max<int64_t>(1, context.cores));
+  cache.set_max_bytes(options.memory_budget_bytes > 0 ? options.memory_budget_bytes
+                                                      : static_cast<int64_t>(context.available_bytes / 2));
+  cache.max_image_pixels = config.data.max_image_pixels;
+  auto cached = std::make_shared<data::CachedDataset>(std::move(dataset), cache);
+  context.fill_seconds += cached->fill_seconds();
+  if (level == data::CacheLevel::kDecoded) context.full_decoded_cache_bytes = cached->estimated_full_bytes();
+  const std::string name = level == data::CacheLevel::kRaw ? "raw-cached" : "decoded-cached";
+  STOKER_CHECK(cached->size() >= config.data.batch_size,
+               "doctor: the {} cache holds {} samples, fewer than one batch of {}; give the doctor more memory "
+               "(--memory-budget) or a smaller data.batch_size",
+               name, cached->size(), config.data.batch_size);
+  auto loader = make_loader(config, cached, trainer.device(), "train");
+  RungResult r = measure_rung(name, trainer, *loader, options.warmup, options.steps);
+  r.note = cache_note(*cached);
+  return r;
+}
+
+}  // namespace
+
+LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
+  STOKER_CHECK(options.steps > 0 && options.warmup >= 0 && options.cached_batches > 0,
+               "doctor needs steps > 0, warmup >= 0 and cached_batches > 0");
+  auto& log = logger();
+  const torch::Device device = resolve_device(config.run.device);
+  configure_threads(config.run.threads, config.data.workers, device.is_cpu());
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  LadderResult result;
+  LadderContext& ctx = result.context;
+  ctx.device = device.str();
+  ctx.batch_size = config.data.batch_size;
+  ctx.workers = config.data.workers;
+  ctx.cores = std::max(1u, std::thread::hardware_concurrency());
+  ctx.torch_threads = torch::get_num_threads();
+  ctx.available_bytes = doctor::available_memory_bytes();
+
+  std::shared_ptr<data::Dataset> dataset = make_dataset(config, "train");
+  ctx.dataset_samples = dataset->size();
+  std::shared_ptr<data::Loader> full = make_loader(config, dataset, device, "train");
+  std::unique_ptr<Trainer> trainer = make_trainer(config, make_model(config, full->channels()), full, full, device);
+  apply_cudnn_benchmark(config, *full);
+
+  log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
+  auto on_device = doctor::device_cached_source(*full, options.cached_batches);
+  result.rungs.push_back(measure_rung("device-cached", *trainer, *on_device, options.warmup, options.steps));
+  on_device.reset();
+  if (device.is_cuda()) {
+    log.info("doctor: host-cached rung");
+    auto host = host_cached_source(config, dataset, *full, options.cached_batches);
+    result.rungs.push_back(measure_rung("host-cached", *trainer, *host, options.warmup, options.steps));
+  } else {
+    RungResult r;
+    r.name = "host-cached";
+    r.measured = false;
+    r.note = "on the CPU, host memory is the device's: this rung is the device-cached one";
+    result.rungs.push_back(r);
+  }
+  log.info("doctor: decoded-cached rung");
+  result.rungs.push_back(cached_dataset_rung(config, *trainer, dataset, data::CacheLevel::kDecoded, options, ctx));
+  log.info("doctor: raw-cached rung");
+  result.rungs.push_back(cached_dataset_rung(config, *trainer, dataset, data::CacheLevel::kRaw, options, ctx));
+  log.info("doctor: full rung ({} worker(s))", config.data.workers);
+  if (!options.trace_path.empty()) {
+    trace::name_thread("training");
+    trace::start();
+  }
+  result.rungs.push_back(measure_rung("full", *trainer, *full, options.warmup, options.steps));
+  if (!options.trace_path.empty()) {
+    trace::stop();
+    trace::write(options.trace_path);
+    log.info("doctor: the full rung's timeline is in {} ({} events; open it in ui.perfetto.dev)", options.trace_path,
+             trace::event_count());
+  }
+  const double ceiling = result.rungs.front().samples_per_s;
+  for (RungResult& r : result.rungs) r.ratio = r.measured && ceiling > 0 ? r.samples_per_s / ceiling : 0;
+  result.diagnosis = diagnose(ctx, result.rungs);
+  return result;
+}
+
+}  // namespace stoker

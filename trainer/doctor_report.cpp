@@ -1,0 +1,198 @@
+// The doctor's words: the diagnosis computed from the ladder's numbers, the table and the JSON line.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "trainer/doctor.h"
+#include "trainer/logging.h"
+
+namespace stoker {
+namespace {
+
+constexpr double kInputBoundRatio = 0.9;  // full below this share of the ceiling: input-bound
+constexpr double kHeadroom = 0.9;         // workers must build a batch in 90% of a step's compute
+
+const RungResult* find_rung(const std::vector<RungResult>& rungs, const std::string& name) {
+  for (const RungResult& r : rungs) {
+    if (r.name == name && r.measured) return &r;
+  }
+  return nullptr;
+}
+
+std::string gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
+std::string ms(double seconds) { return fmt::format("{:.1f} ms", 1e3 * seconds); }
+
+// What the step pays at `rung` that it did not pay at the rung above, in words, with its cost per
+// sample as the rung measured it.
+std::string stage_cost(const RungResult& rung) {
+  const data::StageTimes& t = rung.stages;
+  if (rung.name == "host-cached") {
+    return fmt::format("copying batches to the device and converting them costs {:.0f} us/sample", rung.us_per_sample(t.copy));
+  }
+  if (rung.name == "decoded-cached") {
+    return fmt::format("transforms and collation cost {:.0f} us/sample", rung.us_per_sample(t.transform));
+  }
+  if (rung.name == "raw-cached") {
+    return fmt::format("decoding costs {:.0f} us/sample", rung.us_per_sample(t.decode));
+  }
+  return fmt::format("reading the samples costs {:.0f} us/sample", rung.us_per_sample(t.read));
+}
+
+// The largest drop in samples/s from one measured rung to the next: the rung it drops to, and by how much.
+struct Loss {
+  const RungResult* rung = nullptr;
+  double samples_per_s = 0;
+};
+Loss largest_loss(const std::vector<RungResult>& rungs) {
+  const RungResult* previous = nullptr;
+  Loss worst;
+  for (const RungResult& r : rungs) {
+    if (!r.measured) continue;
+    if (previous != nullptr && previous->samples_per_s - r.samples_per_s > worst.samples_per_s) {
+      worst = {&r, previous->samples_per_s - r.samples_per_s};
+    }
+    previous = &r;
+  }
+  return worst;
+}
+
+// The remedy when the copy to the device is what loses most.
+void copy_remedy(const LadderContext& c, Diagnosis& d) {
+  d.lines.push_back(fmt::format(
+      "remedy: keep data.pin_memory on and data.device_prefetch at 2 or more so that copies overlap compute; "
+      "the batches cross the bus as uint8 already ({} is the device)",
+      c.device));
+}
+
+// Workers (or a cache) for a pipeline whose per-sample CPU cost outruns the step.
+void worker_remedy(const LadderContext& c, const RungResult& ceiling, const RungResult& full, Diagnosis& d) {
+  const data::StageTimes& t = full.stages;
+  const double cost = (t.read + t.decode + t.transform) / std::max<double>(1.0, static_cast<double>(full.samples));
+  const double compute = 1.0 / ceiling.steps_per_s;
+  const double per_step = cost * static_cast<double>(c.batch_size);
+  const int64_t workers = std::max<int64_t>(1, c.workers);
+  const auto needed = static_cast<int64_t>(std::ceil(per_step / (kHeadroom * compute)));
+  // On the CPU the workers share the cores with the model's threads.
+  const int64_t usable = c.device == "cpu" ? c.cores - 1 : c.cores;
+  const std::string speedup = fmt::format("{:.2f}x", ceiling.samples_per_s / std::max(1e-9, full.samples_per_s));
+  d.lines.push_back(fmt::format(
+      "the input pipeline costs {:.0f} us of CPU per sample (read + decode + transform); at batch {} over {} "
+      "worker(s) that is {} per step against {} of compute",
+      1e6 * cost, c.batch_size, c.workers == 0 ? "0 (the training thread itself)" : std::to_string(workers),
+      ms(per_step / static_cast<double>(workers)), ms(compute)));
+  if (needed <= std::max<int64_t>(1, usable)) {
+    d.suggested_workers = std::max(needed, c.workers + 1);
+    d.lines.push_back(fmt::format(
+        "remedy: raise data.workers to >= {} (this machine has {} cores); predicted: about {:.0f} samples/s, "
+        "the device-cached ceiling ({} the full rung now)",
+        d.suggested_workers, c.cores, ceiling.samples_per_s, speedup));
+    if (c.device == "cpu") {
+      d.lines.push_back(fmt::format("on the CPU the workers take cores from the model's {} thread(s); "
+                                    "`trainer doctor --tune` measures the trade-off",
+                                    c.torch_threads));
+    }
+    return;
+  }
+  d.lines.push_back(fmt::format("workers alone cannot keep up: {} would be needed and this machine has {} cores",
+                                needed, c.cores));
+  if (c.full_decoded_cache_bytes > 0 && c.full_decoded_cache_bytes < 0.8 * c.available_bytes) {
+    d.lines.push_back(fmt::format(
+        "remedy: cache the decoded samples in memory (data.cache: decoded; needs {}, {} free), which leaves "
+        "transforms only; or reduce the per-sample cost (smaller stored images)",
+        gigabytes(c.full_decoded_cache_bytes), gigabytes(c.available_bytes)));
+  } else {
+    d.lines.push_back(fmt::format(
+        "remedy: reduce the per-sample cost (store smaller images, cheaper transforms) or use a machine with "
+        "more cores; a decoded cache would need {} and {} is free",
+        gigabytes(c.full_decoded_cache_bytes), gigabytes(c.available_bytes)));
+  }
+}
+
+}  // namespace
+
+Diagnosis diagnose(const LadderContext& c, const std::vector<RungResult>& rungs) {
+  Diagnosis d;
+  const RungResult* ceiling = find_rung(rungs, "device-cached");
+  const RungResult* full = find_rung(rungs, "full");
+  if (ceiling == nullptr || full == nullptr || ceiling->samples_per_s <= 0) {
+    d.lines.push_back("not diagnosed: the device-cached and full rungs are both needed");
+    return d;
+  }
+  const double ratio = full->samples_per_s / ceiling->samples_per_s;
+  d.input_bound = ratio < kInputBoundRatio;
+  if (!d.input_bound) {
+    d.lines.push_back(fmt::format(
+        "compute-bound: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of "
+        "device-cached batches; the input keeps up (the step waited for it {:.0f}% of the time)",
+        full->samples_per_s, ratio, ceiling->samples_per_s, 100 * full->wait_share));
+    d.lines.push_back(
+        "remedy: speed up the step itself: train.precision: bf16-mixed, train.channels_last, a batch size that "
+        "uses the device (`trainer doctor --batch`), train.cuda_graph for small models on CUDA");
+    return d;
+  }
+  d.lines.push_back(fmt::format(
+      "input-bound: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of device-cached "
+      "batches; the step waited for input {:.0f}% of the time",
+      full->samples_per_s, ratio, ceiling->samples_per_s, 100 * full->wait_share));
+  const Loss loss = largest_loss(rungs);
+  if (loss.rung == nullptr) return d;
+  const RungResult* worst = loss.rung;
+  d.bottleneck = worst->name;
+  d.lines.push_back(fmt::format("the largest loss is at the {} rung ({:.0f} samples/s less than the rung above): {}",
+                                worst->name, loss.samples_per_s, stage_cost(*worst)));
+  if (worst->name == "host-cached") {
+    copy_remedy(c, d);
+  } else {
+    worker_remedy(c, *ceiling, *full, d);
+  }
+  return d;
+}
+
+std::string format_ladder(const LadderResult& result) {
+  const LadderContext& c = result.context;
+  std::string out = fmt::format(
+      "doctor: {} batch {}, {} worker(s), {} core(s), {} libtorch thread(s), {} training samples\n\n", c.device,
+      c.batch_size, c.workers, c.cores, c.torch_threads, c.dataset_samples);
+  out += fmt::format("{:<15} {:>8} {:>10} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "rung", "steps/s",
+                     "samples/s", "ratio", "wait", "read", "decode", "transf", "copy", "us/sam");
+  for (const RungResult& r : result.rungs) {
+    if (!r.measured) {
+      out += fmt::format("{:<15} {}\n", r.name, r.note);
+      continue;
+    }
+    const data::StageTimes& t = r.stages;
+    out += fmt::format("{:<15} {:>8.2f} {:>10.1f} {:>6.2f} {:>5.0f}% {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
+                       r.name, r.steps_per_s, r.samples_per_s, r.ratio, 100 * r.wait_share, r.us_per_sample(t.read),
+                       r.us_per_sample(t.decode), r.us_per_sample(t.transform), r.us_per_sample(t.copy),
+                       1e6 / r.samples_per_s);
+  }
+  out += "(stage columns: CPU microseconds per sample, summed over workers; us/sam: wall time per sample)\n";
+  for (const RungResult& r : result.rungs) {
+    if (r.measured && !r.note.empty()) out += fmt::format("{}: {}\n", r.name, r.note);
+  }
+  out += "\ndiagnosis:\n";
+  for (const std::string& line : result.diagnosis.lines) out += "  " + line + "\n";
+  return out;
+}
+
+std::string ladder_json(const LadderResult& result) {
+  JsonLine json;
+  const LadderContext& c = result.context;
+  json.add("device", c.device).add("batch_size", c.batch_size).add("workers", c.workers).add("cores", c.cores);
+  for (const RungResult& r : result.rungs) {
+    std::string key = r.name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (!r.measured) continue;
+    json.add(key + "_steps_per_s", r.steps_per_s)
+        .add(key + "_samples_per_s", r.samples_per_s)
+        .add(key + "_ratio", r.ratio)
+        .add(key + "_wait_share", r.wait_share);
+  }
+  json.add("input_bound", result.diagnosis.input_bound)
+      .add("bottleneck", result.diagnosis.bottleneck)
+      .add("suggested_workers", result.diagnosis.suggested_workers);
+  return json.str();
+}
+
+}  // namespace stoker
