@@ -43,6 +43,9 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   if (!log_now && !progress_->due(s.batch + 1, s.batches)) return;
   const double loss = s.loss.item<double>();
   window_loss_ = loss;
+  if (log_now) {
+    if (const std::optional<double> idle = trainer.take_gpu_idle()) gpu_idle_ = *idle;
+  }
   ProgressUpdate u;
   u.epoch = s.epoch + 1;
   u.epochs = trainer.options().epochs;
@@ -53,17 +56,33 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   u.samples_per_s = window_seconds_ > 0 ? window_samples_ / window_seconds_ : 0;
   u.data_wait = window_seconds_ > 0 ? window_data_seconds_ / window_seconds_ : 0;
   u.eta_s = static_cast<double>(trainer.total_steps() - s.step) * mean_step_seconds_;
+  u.gpu_idle = gpu_idle_;
   progress_->update(u);
   if (!log_now) return;
-  writer_.write(JsonLine()
-                    .add("kind", std::string("step"))
-                    .add("epoch", s.epoch)
-                    .add("step", s.step)
-                    .add("loss", loss)
-                    .add("lr", s.lr)
-                    .add("samples_per_s", u.samples_per_s)
-                    .add("data_wait", u.data_wait));
+  JsonLine line = JsonLine()
+                      .add("kind", std::string("step"))
+                      .add("epoch", s.epoch)
+                      .add("step", s.step)
+                      .add("loss", loss)
+                      .add("lr", s.lr)
+                      .add("samples_per_s", u.samples_per_s)
+                      .add("data_wait", u.data_wait);
+  if (gpu_idle_ >= 0) line.add("gpu_idle", gpu_idle_);
+  writer_.write(line);
+  check_starved(u.data_wait);
   reset_window();
+}
+
+// The sawtooth: the GPU idle more than 5% of the time, three logged windows in a row, while the
+// step waited for data. Said once per fit.
+void MetricsCallback::check_starved(double data_wait) {
+  constexpr double kIdle = 0.05;
+  starved_windows_ = gpu_idle_ > kIdle && data_wait > kIdle ? starved_windows_ + 1 : 0;
+  if (starved_windows_ < 3 || warned_starved_) return;
+  warned_starved_ = true;
+  logger().warn("the GPU sat idle {:.1f}% of the time between steps while the step waited for data {:.1f}% of it: "
+                "the input pipeline is starving it; `trainer doctor --config <recipe>` finds where and what to raise",
+                100.0 * gpu_idle_, 100.0 * data_wait);
 }
 
 void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {

@@ -33,6 +33,10 @@ class MetricsCallback : public Callback {
   double window_seconds_ = 0, window_data_seconds_ = 0, window_loss_ = 0;
   int64_t window_samples_ = 0, window_steps_ = 0;
   double mean_step_seconds_ = 0;  // smoothed, for the ETA
+  double gpu_idle_ = -1;          // the last logged window's (CUDA), < 0: not measured
+  int64_t starved_windows_ = 0;   // logged windows in a row with the GPU idle for want of data
+  bool warned_starved_ = false;
+  void check_starved(double data_wait);
 };
 
 // Saves `checkpoints/last.pt` after every epoch (and every checkpoint.every_steps steps, and when

@@ -123,9 +123,10 @@ bool Progress::due(int64_t step, int64_t steps) const {
 }
 
 void Progress::update(const ProgressUpdate& u) {
+  const std::string idle = u.gpu_idle >= 0 ? fmt::format("  gpu_idle {:.1f}%", 100.0 * u.gpu_idle) : "";
   const std::string stats =
-      fmt::format("loss {:.4f}  lr {:.4g}  {:.0f} samples/s  data {:.1f}%  ETA {}", u.loss, u.lr,
-                  u.samples_per_s, 100.0 * u.data_wait, format_duration(u.eta_s));
+      fmt::format("loss {:.4f}  lr {:.4g}  {:.0f} samples/s  data {:.1f}%{}  ETA {}", u.loss, u.lr,
+                  u.samples_per_s, 100.0 * u.data_wait, idle, format_duration(u.eta_s));
   if (!live_) {
     if (u.step % every_ != 0 && u.step != u.steps) return;
     std::fprintf(out_, "epoch %lld/%lld  step %lld/%lld  %s\n", (long long)u.epoch,

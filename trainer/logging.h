@@ -50,6 +50,7 @@ struct ProgressUpdate {
   int64_t epoch = 0, epochs = 0;  // 1-based epoch of `epochs`
   int64_t step = 0, steps = 0;    // 1-based step within the epoch of `steps`
   double loss = 0, lr = 0, samples_per_s = 0, data_wait = 0, eta_s = 0;
+  double gpu_idle = -1;  // share of GPU time idle between steps (CUDA); < 0: not measured
 };
 
 class Progress {

@@ -10,6 +10,7 @@
 #include "optim/optim.h"
 #include "common/trace.h"
 #include "trainer/cuda_graph_step.h"
+#include "trainer/gpu_idle.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
 
@@ -65,7 +66,8 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       schedule_(std::move(parts.schedule)),
       ema_(std::move(parts.ema)),
       train_(std::move(train)),
-      eval_(std::move(eval)) {
+      eval_(std::move(eval)),
+      idle_(std::make_unique<GpuIdleMeter>(options_.device)) {
   STOKER_CHECK(!model_.is_empty(), "Trainer: TrainerParts::model is empty; hand it the model to train");
   STOKER_CHECK(optimizer_ != nullptr,
                "Trainer: TrainerParts::optimizer is empty; hand it an optimizer over the model's parameters "
@@ -120,6 +122,8 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 bool Trainer::graph_active() const { return graph_ && graph_->active(); }
+
+std::optional<double> Trainer::take_gpu_idle() { return idle_->take_idle_share(); }
 
 // ---- the steps ------------------------------------------------------------------------------------
 
@@ -251,6 +255,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(options_.device));
   int64_t loss_count = 0, samples = 0;
   double data_seconds = 0;
+  idle_->new_epoch();
   while (true) {
     const double t0 = now_s();
     std::optional<data::Batch> batch;
@@ -263,7 +268,9 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     StepInfo info;
     info.lr = lr_at(state_.step);
     const int64_t steps_before = state_.step;
+    idle_->step_begin();
     info.loss = train_step(*batch);
+    idle_->step_end();
     info.optimizer_step = state_.step != steps_before;
     // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
     if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;

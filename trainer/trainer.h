@@ -113,6 +113,7 @@ struct TrainerParts {
 
 class Trainer;
 class CudaGraphStep;
+class GpuIdleMeter;
 
 // Hooks into the loop. Each defaults to nothing.
 class Callback {
@@ -194,6 +195,9 @@ class Trainer {
   bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the schedule.
   double lr_at(int64_t step) const;
+  // On CUDA: the share of GPU time idle between training steps since the last call, measured with
+  // CUDA events (trainer/gpu_idle.h); nothing on the CPU or before two steps have completed.
+  std::optional<double> take_gpu_idle();
 
  private:
   // The one step function, eager and graphed: forward, loss, backward and, when `update`, the
@@ -217,6 +221,7 @@ class Trainer {
   std::unique_ptr<ModelEma> ema_;
   std::shared_ptr<data::BatchSource> train_, eval_;
   std::unique_ptr<CudaGraphStep> graph_;
+  std::unique_ptr<GpuIdleMeter> idle_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
   TrainState state_;
