@@ -156,6 +156,26 @@ RungResult cached_dataset_rung(const Config& config, Trainer& trainer, std::shar
   return r;
 }
 
+// On CUDA with train.cudnn_benchmark applying, the device-cached rung again with the autotuner off.
+void measure_cudnn_benchmark(const Config& config, Trainer& trainer, data::BatchSource& on_device,
+                             const DoctorOptions& options, LadderContext& ctx, const RungResult& with_it) {
+  if (!trainer.device().is_cuda()) {
+    ctx.cudnn_benchmark = "";
+    return;
+  }
+  if (!at::globalContext().benchmarkCuDNN()) {
+    ctx.cudnn_benchmark = config.train.cudnn_benchmark ? "off (the batches vary in shape)" : "off (train.cudnn_benchmark: false)";
+    return;
+  }
+  at::globalContext().setBenchmarkCuDNN(false);
+  ctx.cudnn_off_samples_per_s =
+      measure_rung("device-cached", trainer, on_device, options.warmup, options.steps).samples_per_s;
+  at::globalContext().setBenchmarkCuDNN(true);
+  ctx.cudnn_benchmark = fmt::format("on: {:.1f} samples/s device-cached, {:.1f} with it off ({:.2f}x)",
+                                    with_it.samples_per_s, ctx.cudnn_off_samples_per_s,
+                                    with_it.samples_per_s / std::max(1e-9, ctx.cudnn_off_samples_per_s));
+}
+
 }  // namespace
 
 LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
@@ -183,6 +203,7 @@ LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
   log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
   auto on_device = doctor::device_cached_source(*full, options.cached_batches);
   result.rungs.push_back(measure_rung("device-cached", *trainer, *on_device, options.warmup, options.steps));
+  measure_cudnn_benchmark(config, *trainer, *on_device, options, ctx, result.rungs.back());
   on_device.reset();
   if (device.is_cuda()) {
     log.info("doctor: host-cached rung");

@@ -171,6 +171,7 @@ std::string format_ladder(const LadderResult& result) {
   for (const RungResult& r : result.rungs) {
     if (r.measured && !r.note.empty()) out += fmt::format("{}: {}\n", r.name, r.note);
   }
+  if (!c.cudnn_benchmark.empty()) out += fmt::format("train.cudnn_benchmark: {}\n", c.cudnn_benchmark);
   out += "\ndiagnosis:\n";
   for (const std::string& line : result.diagnosis.lines) out += "  " + line + "\n";
   return out;
@@ -189,6 +190,7 @@ std::string ladder_json(const LadderResult& result) {
         .add(key + "_ratio", r.ratio)
         .add(key + "_wait_share", r.wait_share);
   }
+  if (c.cudnn_off_samples_per_s > 0) json.add("cudnn_benchmark_off_samples_per_s", c.cudnn_off_samples_per_s);
   json.add("input_bound", result.diagnosis.input_bound)
       .add("bottleneck", result.diagnosis.bottleneck)
       .add("suggested_workers", result.diagnosis.suggested_workers);
