@@ -60,6 +60,9 @@ struct LadderContext {
   double full_decoded_cache_bytes = 0;  // what a decoded cache of the whole split would take
   double available_bytes = 0;   // memory available (MemAvailable) when the ladder started
   double fill_seconds = 0;      // time spent filling the caches (not part of any rung)
+  // The device-cached rung runs first and again last; the faster is the ceiling, and how far the
+  // two differ (|a - b| / max) shows how steady the machine was while the ladder ran.
+  double ceiling_spread = 0;
   // train.cudnn_benchmark's effect: "" when it does not apply (the CPU, shapes that vary), else the
   // device-cached samples/s with the autotuner off, measured beside the rung (on).
   std::string cudnn_benchmark;

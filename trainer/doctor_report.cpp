@@ -109,9 +109,9 @@ void worker_remedy(const LadderContext& c, const RungResult& ceiling, const Rung
   }
 }
 
-}  // namespace
 
-Diagnosis diagnose(const LadderContext& c, const std::vector<RungResult>& rungs) {
+// The diagnosis of the rungs' numbers alone (diagnose() adds the note on the machine's steadiness).
+Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>& rungs) {
   Diagnosis d;
   const RungResult* ceiling = find_rung(rungs, "device-cached");
   const RungResult* full = find_rung(rungs, "full");
@@ -149,6 +149,23 @@ Diagnosis diagnose(const LadderContext& c, const std::vector<RungResult>& rungs)
   return d;
 }
 
+// A line about the machine's steadiness when the ceiling moved by more than 10% during the ladder.
+void steadiness_note(const LadderContext& c, Diagnosis& d) {
+  if (c.ceiling_spread <= 0.1) return;
+  d.lines.push_back(fmt::format(
+      "note: the device-cached ceiling, measured first and last, differed by {:.0f}%: something else used this "
+      "machine meanwhile, and the numbers above are that uncertain; run the doctor on an idle machine",
+      100 * c.ceiling_spread));
+}
+
+}  // namespace
+
+Diagnosis diagnose(const LadderContext& c, const std::vector<RungResult>& rungs) {
+  Diagnosis d = diagnose_numbers(c, rungs);
+  steadiness_note(c, d);
+  return d;
+}
+
 std::string format_ladder(const LadderResult& result) {
   const LadderContext& c = result.context;
   std::string out = fmt::format(
@@ -181,6 +198,7 @@ std::string ladder_json(const LadderResult& result) {
   JsonLine json;
   const LadderContext& c = result.context;
   json.add("device", c.device).add("batch_size", c.batch_size).add("workers", c.workers).add("cores", c.cores);
+  json.add("ceiling_spread", c.ceiling_spread);
   for (const RungResult& r : result.rungs) {
     std::string key = r.name;
     std::replace(key.begin(), key.end(), '-', '_');

@@ -99,6 +99,14 @@ TEST(DoctorDiagnosis, ASlowCopyPointsAtPinnedMemoryAndPrefetch) {
   EXPECT_CONTAINS(fmt::format("{}", fmt::join(d.lines, "\n")), "data.device_prefetch");
 }
 
+TEST(DoctorDiagnosis, ACeilingThatMovedDuringTheLadderIsSaid) {
+  const std::vector<RungResult> rungs = {rung("device-cached", 1000, 64), rung("full", 990, 64)};
+  LadderContext c = gpu_context(4, 16);
+  EXPECT_EQ(fmt::format("{}", fmt::join(diagnose(c, rungs).lines, "\n")).find("note:"), std::string::npos);
+  c.ceiling_spread = 0.3;
+  EXPECT_CONTAINS(fmt::format("{}", fmt::join(diagnose(c, rungs).lines, "\n")), "differed by 30%");
+}
+
 // ---- the ladder, measured --------------------------------------------------------------------------
 
 // Synthetic 24x24 images of a known read cost, a small network, one libtorch thread.
