@@ -182,7 +182,7 @@ int predict(const Args& args) {
   for (const stoker::ImagePrediction& p : stoker::predict_images(request)) {
     std::vector<std::string> classes;
     for (size_t i = 0; i < p.classes.size(); ++i) {
-      classes.push_back(fmt::format("{} ({:.4f})", p.classes[i], p.probabilities[i]));
+      classes.push_back(fmt::format("{} ({:.4f})", p.names[i], p.probabilities[i]));
     }
     std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
   }

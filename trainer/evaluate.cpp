@@ -135,15 +135,18 @@ std::unique_ptr<PredictModel> load_model_for_predict(const Config& config, const
   return m;
 }
 
-// The top k classes of a softmax over `logits` [1, C].
-ImagePrediction top_classes(const torch::Tensor& logits, int64_t k, const fs::path& image) {
+// The top k classes of a softmax over `logits` [1, C], named by `names` (by index) where it has them.
+ImagePrediction top_classes(const torch::Tensor& logits, int64_t k, const fs::path& image,
+                            const std::vector<std::string>& names) {
   const torch::Tensor probs = torch::softmax(logits.to(torch::kFloat32), 1)[0];
   const auto [values, indices] = probs.topk(std::min<int64_t>(k, probs.size(0)));
   const torch::Tensor v = values.cpu(), i = indices.cpu();
   ImagePrediction p;
   p.image = image;
   for (int64_t j = 0; j < v.size(0); ++j) {
-    p.classes.push_back(i[j].item<int64_t>());
+    const int64_t c = i[j].item<int64_t>();
+    p.classes.push_back(c);
+    p.names.push_back(c < static_cast<int64_t>(names.size()) ? names[c] : std::to_string(c));
     p.probabilities.push_back(v[j].item<double>());
   }
   return p;
@@ -163,6 +166,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
   const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, channels, device);
+  const std::vector<std::string> names = read_checkpoint_class_names(r.checkpoint);
   const Precision precision = config.train.precision;
   torch::NoGradGuard no_grad;
 
@@ -183,7 +187,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
     torch::Tensor pixels = torch::empty({1, plan.out_height, plan.out_width, channels}, torch::kUInt8);
     pipeline.transform(work, pixels.data_ptr<uint8_t>());
     const torch::Tensor input = normalize(pixels.to(device));
-    out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n]));
+    out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n], names));
   }
   return out;
 }

@@ -62,6 +62,7 @@ struct PredictRequest {
 struct ImagePrediction {
   std::filesystem::path image;
   std::vector<int64_t> classes;       // the top k class indices, most probable first
+  std::vector<std::string> names;     // their names (the checkpoint's class names), or the indices
   std::vector<double> probabilities;  // their softmax probabilities
 };
 
