@@ -79,6 +79,33 @@ TEST(Evaluate, CheckpointsOfEveryPrecisionEvaluateAsTheirRunDid) {
     ASSERT_EQ(p.size(), 1u) << precision;
     ASSERT_EQ(p[0].classes.size(), 3u) << precision;
     EXPECT_GE(p[0].probabilities[0], p[0].probabilities[1]) << precision;
+    // No class names in the data (data.idx.class_names: indices): the indices stand for them.
+    EXPECT_EQ(p[0].names[0], std::to_string(p[0].classes[0])) << precision;
+  }
+}
+
+// With data.idx.class_names: fashion_mnist, the checkpoint carries the ten names and predict gives them.
+TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
+  stoker::testing::TempDir data, runs;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 64, 32, 12);
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data.path(), runs.path());
+  request.config.train.epochs = 1;
+  request.config.data.dataset.as<data::IdxOptions>().class_names = "fashion_mnist";
+  const TrainOutcome out = run_training(request);
+  const fs::path last = out.run_dir / "checkpoints" / "last.pt";
+  EXPECT_EQ(read_checkpoint_class_names(last), data::fashion_mnist_class_names());
+  const fs::path image = runs.path() / "x.png";
+  stoker::testing::write_png(image, 12, 12, 1, std::vector<uint8_t>(144, 200));
+  PredictRequest predict;
+  predict.checkpoint = last;
+  predict.images = {image};
+  predict.top_k = 10;
+  const std::vector<ImagePrediction> p = predict_images(predict);
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_EQ(p[0].names.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(p[0].names[i], data::fashion_mnist_class_names()[p[0].classes[i]]) << i;
   }
 }
 
