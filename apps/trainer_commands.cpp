@@ -15,6 +15,7 @@
 #include "trainer/config.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
+#include "trainer/report.h"
 #include "trainer/run.h"
 
 namespace stoker::apps {
@@ -186,6 +187,16 @@ int predict(const Args& args) {
     }
     std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
   }
+  return 0;
+}
+
+int report(const Args& args) {
+  stoker::ReportRequest request;
+  request.run = args.run_dir;
+  request.compare.assign(args.compare.begin(), args.compare.end());
+  request.output = args.output_file;
+  const std::filesystem::path written = stoker::write_report(request);
+  std::printf("wrote %s\n", written.c_str());
   return 0;
 }
 

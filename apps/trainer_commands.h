@@ -24,6 +24,9 @@ struct Args {
   int64_t top = 5;                     // predict
   bool ema = false;                    // predict
   std::vector<std::string> images;     // predict
+  std::string run_dir;                 // report
+  std::vector<std::string> compare;    // report
+  std::string output_file;             // report
 };
 
 // The handlers; each returns the exit status (0 done, 130 stopped by a signal) and throws on errors.
@@ -32,5 +35,6 @@ int bench_data(const Args& args);
 int bench_step(const Args& args);
 int eval(const Args& args);
 int predict(const Args& args);
+int report(const Args& args);
 
 }  // namespace stoker::apps
