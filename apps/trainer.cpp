@@ -1,6 +1,6 @@
 // `trainer`: the command-line program. It parses arguments and calls the library; nothing here
 // that a library user would miss. `trainer --help` lists the subcommands (train, the default, then
-// bench-data, bench-step, eval, predict, report); `trainer SUBCOMMAND --help` lists the flags of each.
+// bench-data, bench-step, eval, predict, report, export); `trainer SUBCOMMAND --help` lists the flags of each.
 //
 // The file reads top to bottom: the flags each subcommand takes, the subcommand table that names
 // each with its flags and its handler (apps/trainer_commands.h), then the parsing (CLI11) and its
@@ -126,6 +126,17 @@ void report_flags(CLI::App& app, Args& a) {
   value_flag(app, "--output", a.output_file, "FILE", "where to write the page (default RUN_DIR/report.html)");
 }
 
+void export_flags(CLI::App& app, Args& a) {
+  checkpoint_flag(app, a);
+  value_flag(app, "--format", a.format, "state_dict|torchscript",
+             "state_dict (torch.save format; default); torchscript is not implemented yet")
+      ->check(one_of({"state_dict", "torchscript"}));
+  app.add_flag("--ema", a.ema, "export the checkpoint's EMA weights (train.ema_decay)");
+  value_flag(app, "--output", a.output_file, "FILE", "the file to write")->required();
+  value_flag(app, "--config", a.config, "FILE", "the recipe of the model (default: the checkpoint's)");
+  set_flag(app, a, "override one value of that config; repeatable");
+}
+
 // ---- the subcommand table ---------------------------------------------------------------------------
 // One row per subcommand: its name, its line in `trainer --help`, the text of `trainer NAME --help`,
 // the flags it takes and the handler that runs it. The first row is what runs when no subcommand is
@@ -167,6 +178,11 @@ const Subcommand kSubcommands[] = {
      "samples/s, data wait, TFLOP/s, MFU and GPU telemetry over time, the input pipeline's\n"
      "time per stage, the resolved config and the environment. --compare overlays other runs.",
      report_flags, stoker::apps::report},
+    {"export", "write a checkpoint's weights for Python (torch.load)",
+     "Writes a checkpoint's weights (or, with --ema, its EMA weights) as a state dict in the\n"
+     "torch.save format: torch.load(FILE) in Python, then model.load_state_dict(...);\n"
+     "torchvision names for the torchvision-layout ResNets.",
+     export_flags, stoker::apps::export_weights},
 };
 
 // ---- parsing: the table into CLI11, the default subcommand, usage errors as one sentence ----------

@@ -200,4 +200,18 @@ int report(const Args& args) {
   return 0;
 }
 
+int export_weights(const Args& args) {
+  stoker::ExportRequest request;
+  request.checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  if (!args.config.empty()) request.config_file = args.config;
+  request.overrides = args.overrides;
+  request.format = args.format;
+  request.use_ema = args.ema;
+  request.output = args.output_file;
+  stoker::export_checkpoint(request);
+  std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
+              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
+  return 0;
+}
+
 }  // namespace stoker::apps

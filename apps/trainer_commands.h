@@ -26,7 +26,8 @@ struct Args {
   std::vector<std::string> images;     // predict
   std::string run_dir;                 // report
   std::vector<std::string> compare;    // report
-  std::string output_file;             // report
+  std::string output_file;             // report, export
+  std::string format = "state_dict";   // export
 };
 
 // The handlers; each returns the exit status (0 done, 130 stopped by a signal) and throws on errors.
@@ -36,5 +37,6 @@ int bench_step(const Args& args);
 int eval(const Args& args);
 int predict(const Args& args);
 int report(const Args& args);
+int export_weights(const Args& args);
 
 }  // namespace stoker::apps

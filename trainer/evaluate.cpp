@@ -11,6 +11,7 @@
 #include "data/normalize.h"
 #include "data/pipeline.h"
 #include "data/transform_options.h"
+#include "models/state_dict.h"
 #include "optim/ema.h"
 #include "trainer/factory.h"
 #include "trainer/run.h"
@@ -101,7 +102,8 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
 
 namespace {
 
-Config predict_config(const PredictRequest& r) {
+template <typename Request>
+Config predict_config(const Request& r) {
   if (r.config_file) return load_config(*r.config_file, r.overrides);
   const std::string yaml = read_checkpoint_config(r.checkpoint);
   STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
@@ -190,6 +192,22 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
     out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n], names));
   }
   return out;
+}
+
+void export_checkpoint(const ExportRequest& r) {
+  STOKER_CHECK(r.format == "state_dict",
+               "export --format {} is not implemented yet (issue #13); export --format state_dict and "
+               "trace it in Python (torch.jit.trace) or export it to ONNX (torch.onnx.export)",
+               r.format);
+  STOKER_CHECK(!r.output.empty(), "export needs an output file (--output FILE)");
+  Config config = predict_config(r);
+  config.train.channels_last = false;  // plain contiguous tensors in the file
+  PredictRequest load;
+  load.checkpoint = r.checkpoint;
+  load.use_ema = r.use_ema;
+  const auto channels = static_cast<int64_t>(config.data.mean.size());
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
+  models::save_state_dict(*m->model.ptr(), r.output);
 }
 
 }  // namespace stoker

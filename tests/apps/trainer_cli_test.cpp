@@ -79,7 +79,7 @@ TEST(TrainerCli, AFlagOfAnotherSubcommandNamesTheSubcommandsThatTakeIt) {
   expect_usage_error("--config a.yaml --steps=5", "--steps is not an option of 'train'; it belongs to: bench-step",
                      "train");
   expect_usage_error("bench-data --config a.yaml --checkpoint c.pt",
-                     "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict", "bench-data");
+                     "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict, export", "bench-data");
   expect_usage_error("predict --checkpoint c.pt --print-config x.png",
                      "--print-config is not an option of 'predict'; it belongs to: train, bench-data, bench-step, eval",
                      "predict");
@@ -96,7 +96,7 @@ TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
                      "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
                      "eval");
   expect_usage_error("frobnicate --config a.yaml",
-                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, report",
+                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, report, export",
                      "");
   expect_usage_error("train extra --config a.yaml", "unexpected argument 'extra' for 'train'", "train");
 }

@@ -9,6 +9,7 @@
 
 #include "test_util.h"
 #include "trainer/run.h"
+#include "models/state_dict.h"
 
 namespace stoker {
 namespace {
@@ -107,6 +108,23 @@ TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
   for (size_t i = 0; i < 10; ++i) {
     EXPECT_EQ(p[0].names[i], data::fashion_mnist_class_names()[p[0].classes[i]]) << i;
   }
+
+  // export --format state_dict: the checkpoint's weights, loadable (strictly) into the same model.
+  ExportRequest e;
+  e.checkpoint = last;
+  e.output = runs.path() / "weights.pt";
+  export_checkpoint(e);
+  torch::nn::AnyModule from_checkpoint = make_model(request.config, 1), from_export = make_model(request.config, 1);
+  load_checkpoint(last, *from_checkpoint.ptr(), nullptr, torch::kCPU);
+  models::load_state_dict(*from_export.ptr(), e.output);
+  const auto want = from_checkpoint.ptr()->named_parameters(), got = from_export.ptr()->named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& item : want) EXPECT_TRUE(torch::equal(item.value(), got[item.key()])) << item.key();
+  e.use_ema = true;
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "has no EMA weights");
+  e.use_ema = false;
+  e.format = "torchscript";
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "export --format torchscript is not implemented yet");
 }
 
 // `trainer eval` sets TF32 as the run's Trainer did: off for fp32 (IEEE float32 convolutions and
