@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
