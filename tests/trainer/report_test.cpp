@@ -134,7 +134,7 @@ TEST(Report, AFolderWithoutMetricsIsAClearError) {
                   "holds no metrics.jsonl; pass a run directory");
   write_run(dir / "r", 1, 1.0);
   std::ofstream(dir / "r/metrics.jsonl", std::ios::app) << "{\"kind\":\"step\",\"loss\":oops}\n";
-  EXPECT_CONTAINS(testing::error_of([&] { write_report({dir / "r", {}, {}}); }), "metrics.jsonl:3:");
+  EXPECT_CONTAINS(testing::error_of([&] { write_report({dir / "r", {}, {}}); }), "metrics.jsonl:4:");
 }
 
 // Headless Chromium (Debian's `chromium`) renders the page: a screenshot with the charts in it
