@@ -133,9 +133,9 @@ std::string escape_html(const std::string& s) {
   return out;
 }
 
-// About five round tick values covering [lo, hi].
-std::vector<double> ticks(double lo, double hi) {
-  const double raw = (hi - lo) / 5;
+// About five round tick values covering [lo, hi]; whole numbers only when `integer`.
+std::vector<double> ticks(double lo, double hi, bool integer = false) {
+  const double raw = integer ? std::max(1.0, (hi - lo) / 5) : (hi - lo) / 5;
   const double magnitude = std::pow(10, std::floor(std::log10(raw)));
   double step = magnitude;
   for (double m : {1.0, 2.0, 5.0, 10.0}) {
@@ -143,7 +143,9 @@ std::vector<double> ticks(double lo, double hi) {
     if (raw <= step) break;
   }
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push_back(t);
+  for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) {
+    out.push_back(std::abs(t) < 1e-9 * step ? 0.0 : t);  // no "-0"
+  }
   return out;
 }
 
@@ -181,7 +183,7 @@ std::string axes(const Chart& chart, const Bounds& b) {
                        "<text x='{}' y='{:.1f}' text-anchor='end' font-size='11'>{}</text>",
                        kLeft, kLeft + w, y, y, kLeft - 4, y + 4, tick_label(t, chart.percent));
   }
-  for (double t : ticks(b.x0, b.x1)) {
+  for (double t : ticks(b.x0, b.x1, chart.integer_x)) {
     const double x = kLeft + w * (t - b.x0) / (b.x1 - b.x0);
     out += fmt::format("<text x='{:.1f}' y='{}' text-anchor='middle' font-size='11'>{:.6g}</text>", x,
                        kTop + h + 15, t);
@@ -272,7 +274,7 @@ const std::vector<Plot>& plots() {
 }
 
 Chart chart_of(const Plot& plot, const std::vector<RunData>& runs) {
-  Chart chart{plot.title, plot.by_epoch ? "epoch" : "optimizer step", {}, plot.percent};
+  Chart chart{plot.title, plot.by_epoch ? "epoch" : "optimizer step", {}, plot.percent, true};
   for (size_t r = 0; r < runs.size(); ++r) {
     for (size_t k = 0; k < plot.keys.size(); ++k) {
       ChartSeries s;

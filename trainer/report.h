@@ -48,7 +48,8 @@ struct ChartSeries {
 struct Chart {
   std::string title, x_label;
   std::vector<ChartSeries> series;
-  bool percent = false;  // y values are fractions, shown as %
+  bool percent = false;    // y values are fractions, shown as %
+  bool integer_x = false;  // x ticks at whole numbers only (epochs, steps)
 };
 
 // The chart as an <svg> element: a polyline <path> per series (and a dot per point when a series
