@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -35,10 +36,33 @@ models::MathType math_type_of(Precision precision) {
   return models::MathType::kFp32;
 }
 
+namespace {
+
+// Puts the CPU generator's state back when it goes away: building the model copy and measuring the
+// peak draw random numbers, and a run (resumed ones included) must draw the same as without them.
+class KeepCpuRng {
+ public:
+  KeepCpuRng() : generator_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    state_ = generator_.get_state();
+  }
+  ~KeepCpuRng() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state_);
+  }
+
+ private:
+  at::Generator generator_;
+  at::Tensor state_;
+};
+
+}  // namespace
+
 Efficiency measure_efficiency(const Config& config, int64_t channels, int64_t height, int64_t width,
                               torch::Device device) {
   Efficiency e;
   if (!config.logging.flops) return e;
+  const KeepCpuRng keep_rng;
   torch::nn::AnyModule model = make_model(config, channels);
   const models::FlopCount count = models::count_forward_flops(model, {channels, height, width});
   e.train_flops_per_sample = 3 * count.flops();
