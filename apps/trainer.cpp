@@ -1,6 +1,6 @@
 // `trainer`: the command-line program. It parses arguments and calls the library; nothing here
 // that a library user would miss. `trainer --help` lists the subcommands (train, the default, then
-// bench-data, bench-step, eval, predict, doctor); `trainer SUBCOMMAND --help` lists the flags of each.
+// bench-data, bench-step, eval, predict, doctor, report, export); `trainer SUBCOMMAND --help` lists the flags of each.
 //
 // The file reads top to bottom: the flags each subcommand takes, the subcommand table that names
 // each with its flags and its handler (apps/trainer_commands.h), then the parsing (CLI11) and its
@@ -131,6 +131,27 @@ void predict_flags(CLI::App& app, Args& a) {
   app.add_option("IMAGE", a.images, "one or more image files (JPEG or PNG)")->type_name("")->required();
 }
 
+void report_flags(CLI::App& app, Args& a) {
+  app.add_option("RUN_DIR", a.run_dir, "the run directory (runs/<name>/<time>)")->type_name("")->required();
+  app.add_option("--compare", a.compare, "another run directory to overlay; repeatable")
+      ->type_name("RUN_DIR")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  value_flag(app, "--output", a.output_file, "FILE", "where to write the page (default RUN_DIR/report.html)");
+}
+
+void export_flags(CLI::App& app, Args& a) {
+  checkpoint_flag(app, a);
+  value_flag(app, "--format", a.format, "state_dict|torchscript",
+             "state_dict (torch.save format; default); torchscript is not implemented yet")
+      ->check(one_of({"state_dict", "torchscript"}));
+  app.add_flag("--ema", a.ema, "export the checkpoint's EMA weights (train.ema_decay)");
+  value_flag(app, "--output", a.output_file, "FILE", "the file to write")->required();
+  value_flag(app, "--config", a.config, "FILE", "the recipe of the model (default: the checkpoint's)");
+  set_flag(app, a, "override one value of that config; repeatable");
+}
+
 // ---- the subcommand table ---------------------------------------------------------------------------
 // One row per subcommand: its name, its line in `trainer --help`, the text of `trainer NAME --help`,
 // the flags it takes and the handler that runs it. The first row is what runs when no subcommand is
@@ -173,6 +194,17 @@ const Subcommand kSubcommands[] = {
      "and the remedy with its predicted effect; one JSON line last. --tune searches the\n"
      "loader's settings, --batch the batch size, both by measurement.",
      doctor_flags, stoker::apps::doctor},
+    {"report", "write an HTML report of a run (curves, config, environment)",
+     "Writes one self-contained HTML page (inline SVG, no scripts, no network) of a run:\n"
+     "training loss and learning rate by step, test top-1/top-5/loss by epoch (EMA too),\n"
+     "samples/s, data wait, TFLOP/s, MFU and GPU telemetry over time, the input pipeline's\n"
+     "time per stage, the resolved config and the environment. --compare overlays other runs.",
+     report_flags, stoker::apps::report},
+    {"export", "write a checkpoint's weights for Python (torch.load)",
+     "Writes a checkpoint's weights (or, with --ema, its EMA weights) as a state dict in the\n"
+     "torch.save format: torch.load(FILE) in Python, then model.load_state_dict(...);\n"
+     "torchvision names for the torchvision-layout ResNets.",
+     export_flags, stoker::apps::export_weights},
 };
 
 // ---- parsing: the table into CLI11, the default subcommand, usage errors as one sentence ----------

@@ -16,6 +16,7 @@
 #include "trainer/doctor.h"
 #include "trainer/evaluate.h"
 #include "trainer/logging.h"
+#include "trainer/report.h"
 #include "trainer/run.h"
 
 namespace stoker::apps {
@@ -183,7 +184,7 @@ int predict(const Args& args) {
   for (const stoker::ImagePrediction& p : stoker::predict_images(request)) {
     std::vector<std::string> classes;
     for (size_t i = 0; i < p.classes.size(); ++i) {
-      classes.push_back(fmt::format("{} ({:.4f})", p.classes[i], p.probabilities[i]));
+      classes.push_back(fmt::format("{} ({:.4f})", p.names[i], p.probabilities[i]));
     }
     std::printf("%s: %s\n", p.image.c_str(), fmt::format("{}", fmt::join(classes, ", ")).c_str());
   }
@@ -229,6 +230,30 @@ int doctor(const Args& args) {
     const stoker::BatchSweepResult r = stoker::batch_sweep(config, sweep);
     std::printf("\n%s", stoker::format_batch_sweep(config, r).c_str());
   }
+  return 0;
+}
+
+int report(const Args& args) {
+  stoker::ReportRequest request;
+  request.run = args.run_dir;
+  request.compare.assign(args.compare.begin(), args.compare.end());
+  request.output = args.output_file;
+  const std::filesystem::path written = stoker::write_report(request);
+  std::printf("wrote %s\n", written.c_str());
+  return 0;
+}
+
+int export_weights(const Args& args) {
+  stoker::ExportRequest request;
+  request.checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  if (!args.config.empty()) request.config_file = args.config;
+  request.overrides = args.overrides;
+  request.format = args.format;
+  request.use_ema = args.ema;
+  request.output = args.output_file;
+  stoker::export_checkpoint(request);
+  std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
+              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
   return 0;
 }
 

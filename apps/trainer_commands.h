@@ -31,6 +31,10 @@ struct Args {
   int64_t top = 5;                     // predict
   bool ema = false;                    // predict
   std::vector<std::string> images;     // predict
+  std::string run_dir;                 // report
+  std::vector<std::string> compare;    // report
+  std::string output_file;             // report, export
+  std::string format = "state_dict";   // export
 };
 
 // The handlers; each returns the exit status (0 done, 130 stopped by a signal) and throws on errors.
@@ -40,5 +44,7 @@ int bench_step(const Args& args);
 int eval(const Args& args);
 int predict(const Args& args);
 int doctor(const Args& args);
+int report(const Args& args);
+int export_weights(const Args& args);
 
 }  // namespace stoker::apps

@@ -2,7 +2,8 @@
 # bench/setup.sh: idempotent set-up for the data-pipeline benchmark (Stoker issue 3) and the tests
 # that compare with Python (torchvision, TensorBoard's event reader).
 # Installs bench/requirements.txt into Stoker's libtorch venv ($STOKER_CACHE/venv-torch-2.11.0)
-# without touching its torch, and Debian's libjpeg-turbo-progs (tjbench) when tjbench is missing.
+# without touching its torch, Debian's libjpeg-turbo-progs (tjbench) when tjbench is missing, and
+# Debian's chromium (the headless render of `trainer report`, suite ReportBrowser) when it is missing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${STOKER_CACHE:-$HOME/.cache/stoker}"
@@ -33,3 +34,11 @@ if ! command -v tjbench >/dev/null; then
     || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q libjpeg-turbo-progs >/dev/null; }
 fi
 echo "setup: tjbench at $(command -v tjbench)"
+
+if ! command -v chromium >/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
+  # About 1-2 minutes; the ReportBrowser test skips without it.
+  $sudo apt-get install -y -q --no-install-recommends chromium >/dev/null \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends chromium >/dev/null; }
+fi
+echo "setup: chromium at $(command -v chromium)"

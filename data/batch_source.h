@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -51,6 +53,8 @@ class BatchSource {
   virtual std::optional<Batch> next() = 0;
   // Per-stage times since the last call; a source without such stages reports only what it has.
   virtual StageTimes take_times() { return {}; }
+  // The name of each class by label, when the data has them (Dataset::class_names); empty otherwise.
+  virtual std::vector<std::string> class_names() const { return {}; }
 };
 
 }  // namespace stoker::data

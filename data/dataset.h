@@ -38,6 +38,9 @@ class Dataset {
   virtual void read(int64_t index, RawSample& out) const = 0;
   // Names a sample for messages: its file, or "<file>[index]".
   virtual std::string describe(int64_t index) const = 0;
+  // The name of each class by label (ImageFolder's folder names, Fashion-MNIST's and CIFAR-10's
+  // published names); empty when the data set has none (classes are then shown as indices).
+  virtual std::vector<std::string> class_names() const { return {}; }
 };
 
 // Options for building a dataset split: what every data set type takes, plus the type's own keys
@@ -61,6 +64,16 @@ struct SyntheticOptions : TypeOptionsOf<SyntheticOptions> {
   void visit(OptionsVisitor& v) override;
   void check() const override;
 };
+
+// The idx data set's own keys: `class_names: fashion_mnist` gives Fashion-MNIST's ten names
+// (IDX files carry none); `indices` (the default, right for MNIST's digits) gives none.
+struct IdxOptions : TypeOptionsOf<IdxOptions> {
+  std::string class_names = "indices";
+  void visit(OptionsVisitor& v) override;
+};
+// Fashion-MNIST's and CIFAR-10's class names, by label (as their publishers list them).
+const std::vector<std::string>& fashion_mnist_class_names();
+const std::vector<std::string>& cifar10_class_names();
 
 using DatasetFactory = std::function<std::shared_ptr<Dataset>(const DatasetOptions&)>;
 // A registered data set type: its own options (none by default) and its factory. Applications
@@ -94,12 +107,15 @@ class TensorImageDataset : public Dataset {
   std::string describe(int64_t index) const override;
   // Keeps only the first n samples.
   void truncate(int64_t n);
+  std::vector<std::string> class_names() const override { return class_names_; }
+  void set_class_names(std::vector<std::string> names) { class_names_ = std::move(names); }
 
  private:
   std::vector<uint8_t> images_;
   std::vector<int64_t> labels_;
   int64_t height_, width_, channels_, num_classes_;
   std::string source_;
+  std::vector<std::string> class_names_;
 };
 
 // IDX (MNIST / Fashion-MNIST): `<root>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`.
@@ -119,6 +135,7 @@ class ImageFolderDataset : public Dataset {
   void read(int64_t index, RawSample& out) const override;
   std::string describe(int64_t index) const override { return files_[index]; }
   const std::vector<std::string>& classes() const { return classes_; }
+  std::vector<std::string> class_names() const override { return classes_; }
 
  private:
   std::vector<std::string> classes_;

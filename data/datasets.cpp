@@ -64,6 +64,24 @@ void TensorImageDataset::truncate(int64_t n) {
   images_.resize(n * height_ * width_ * channels_);
 }
 
+void IdxOptions::visit(OptionsVisitor& v) {
+  v.field("class_names", class_names, rules::one_of({"indices", "fashion_mnist"}));
+}
+
+const std::vector<std::string>& fashion_mnist_class_names() {
+  // github.com/zalandoresearch/fashion-mnist, "Labels".
+  static const std::vector<std::string> kNames = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return kNames;
+}
+
+const std::vector<std::string>& cifar10_class_names() {
+  // batches.meta.txt of the binary version (www.cs.toronto.edu/~kriz/cifar.html).
+  static const std::vector<std::string> kNames = {"airplane", "automobile", "bird",  "cat",  "deer",
+                                                  "dog",      "frog",       "horse", "ship", "truck"};
+  return kNames;
+}
+
 std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options) {
   const std::string prefix = options.split == "train" ? "train" : "t10k";
   ImageSet set = load_idx_split(options.root, prefix, options.num_classes);
@@ -74,6 +92,11 @@ std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options) {
                                                       images.size(2), images.size(3), 1,
                                                       options.num_classes, set.source);
   dataset->truncate(options.limit);
+  if (options.own.type() == "idx" && options.own.as<IdxOptions>().class_names == "fashion_mnist") {
+    STOKER_CHECK(options.num_classes == 10, "data.idx.class_names: fashion_mnist names 10 classes but "
+                 "data.num_classes is {}; set it to 10 or class_names to indices", options.num_classes);
+    dataset->set_class_names(fashion_mnist_class_names());
+  }
   return dataset;
 }
 
@@ -128,6 +151,7 @@ std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64
   auto dataset = std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels), 32, 32, 3,
                                                       classes, files.front().string());
   dataset->truncate(options.limit);
+  if (classes == 10) dataset->set_class_names(cifar10_class_names());
   return dataset;
 }
 
@@ -297,7 +321,7 @@ std::string SyntheticDataset::describe(int64_t index) const {
 Registry<DatasetType>& dataset_registry() {
   static Registry<DatasetType>* registry = [] {
     auto* r = new Registry<DatasetType>("dataset");
-    r->add("idx", [](const DatasetOptions& o) { return load_idx_dataset(o); });
+    r->add("idx", {options_of<IdxOptions>(), [](const DatasetOptions& o) { return load_idx_dataset(o); }});
     r->add("cifar10", [](const DatasetOptions& o) { return load_cifar_dataset(o, 10); });
     r->add("cifar100", [](const DatasetOptions& o) { return load_cifar_dataset(o, 100); });
     r->add("image_folder",

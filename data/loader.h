@@ -102,6 +102,7 @@ class Loader : public BatchSource {
   // The next batch of the epoch, or nothing at its end. Rethrows a worker's error.
   std::optional<Batch> next() override;
   StageTimes take_times() override;
+  std::vector<std::string> class_names() const override { return dataset().class_names(); }
   // Files of the samples skipped as unreadable so far.
   std::vector<std::string> bad_samples() const { return pipeline_.bad_samples(); }
 

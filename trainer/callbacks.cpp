@@ -17,8 +17,17 @@ namespace stoker {
 // ---- metrics and progress ---------------------------------------------------------------------------
 
 MetricsCallback::MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress,
-                                 int64_t log_every_steps)
-    : writer_(metrics_file), live_(live_progress), every_(log_every_steps) {}
+                                 int64_t log_every_steps, MetricsOptions options)
+    : writer_(metrics_file), options_(std::move(options)), live_(live_progress), every_(log_every_steps) {}
+
+std::string MetricsCallback::add_efficiency(JsonLine& line, double samples_per_s) const {
+  if (options_.train_flops_per_sample <= 0) return "";
+  const double flops = samples_per_s * options_.train_flops_per_sample;
+  line.add("tflops", flops / 1e12);
+  if (options_.peak_flops <= 0) return fmt::format(", {:.3g} TFLOP/s", flops / 1e12);
+  line.add("mfu", flops / options_.peak_flops);
+  return fmt::format(", {:.3g} TFLOP/s, MFU {:.1f}%", flops / 1e12, 100.0 * flops / options_.peak_flops);
+}
 
 void MetricsCallback::reset_window() {
   window_seconds_ = window_data_seconds_ = window_loss_ = 0;
@@ -68,6 +77,8 @@ void MetricsCallback::on_train_step_end(Trainer& trainer, const StepInfo& s) {
                       .add("samples_per_s", u.samples_per_s)
                       .add("data_wait", u.data_wait);
   if (gpu_idle_ >= 0) line.add("gpu_idle", gpu_idle_);
+  add_efficiency(line, u.samples_per_s);
+  if (options_.telemetry) add_telemetry(line, options_.telemetry(s.step));
   writer_.write(line);
   check_starved(u.data_wait);
   reset_window();
@@ -105,6 +116,7 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                       .add("bad_samples", r.stages.bad_samples)
                       .add("loss_scale", r.loss_scale)
                       .add("skipped_steps", r.skipped_steps);
+  const std::string efficiency = add_efficiency(line, r.samples_per_s);
   if (r.ema_test.samples > 0) {
     line.add("ema_test_loss", r.ema_test.loss)
         .add("ema_test_top1", r.ema_test.top1)
@@ -125,10 +137,10 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                         100.0 * r.ema_test.top1, 100.0 * r.ema_test.top5)
           : "";
   logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, top-5 {:.2f}%{}, "
-                "{} ({:.0f} samples/s, data wait {:.1f}%)",
+                "{} ({:.0f} samples/s, data wait {:.1f}%{})",
                 r.epoch + 1, trainer.options().epochs, r.train_loss, r.test.loss,
                 100.0 * r.test.top1, 100.0 * r.test.top5, ema, format_duration(r.seconds),
-                r.samples_per_s, 100.0 * r.data_wait);
+                r.samples_per_s, 100.0 * r.data_wait, efficiency);
 }
 
 void MetricsCallback::on_fit_end(Trainer&, const FitResult&) {

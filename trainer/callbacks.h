@@ -3,20 +3,34 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "trainer/logging.h"
 #include "trainer/config.h"
+#include "trainer/telemetry.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
+
+// What MetricsCallback adds beyond the loop's own numbers.
+struct MetricsOptions {
+  // > 0: achieved TFLOP/s (samples/s x this) in step and epoch lines ("tflops") and the epoch log line.
+  double train_flops_per_sample = 0;
+  // > 0 (with the above): MFU = achieved / peak ("mfu").
+  double peak_flops = 0;
+  // When set: the GPU telemetry of each logged step (gpu_* fields of step lines).
+  std::function<std::optional<GpuSample>(int64_t step)> telemetry;
+};
 
 // Writes per-step lines (every train.log_every_steps) and per-epoch lines to metrics.jsonl, drives
 // the progress display, and logs each epoch's summary.
 class MetricsCallback : public Callback {
  public:
-  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress, int64_t log_every_steps);
+  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress, int64_t log_every_steps,
+                  MetricsOptions options = {});
   void on_epoch_start(Trainer& trainer, int64_t epoch) override;
   void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
@@ -24,8 +38,11 @@ class MetricsCallback : public Callback {
 
  private:
   void reset_window();
+  // tflops and mfu for `samples_per_s` into `line`; the same as text for the epoch line ("" without).
+  std::string add_efficiency(JsonLine& line, double samples_per_s) const;
 
   MetricsWriter writer_;
+  MetricsOptions options_;
   std::unique_ptr<Progress> progress_;
   bool live_;
   int64_t every_;

@@ -50,6 +50,26 @@ void read_rng(torch::serialize::InputArchive& archive, torch::Device device) {
   }
 }
 
+// Class names, one per line (a name holding a line break is refused).
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) {
+    STOKER_CHECK(name.find('\n') == std::string::npos, "the class name '{}' holds a line break; rename it", name);
+    out += (out.empty() ? "" : "\n") + name;
+  }
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    names.push_back(text.substr(start, end - start));
+  }
+  names.push_back(text.substr(start));
+  return names;
+}
+
 torch::Device device_of(torch::nn::Module& model) {
   for (const auto& p : model.parameters()) return p.device();
   return torch::kCPU;
@@ -83,6 +103,7 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
   for (const auto& [name, tensor] : content.ema) archive.write(kEmaPrefix + name, tensor, true);
   if (!content.ema.empty()) archive.write("ema_updates", torch::IValue(content.ema_updates));
   archive.write("config", torch::IValue(content.config_yaml));
+  if (!content.class_names.empty()) archive.write("class_names", torch::IValue(join_names(content.class_names)));
   write_rng(archive, device_of(model));
 
   std::ostringstream bytes;
@@ -124,6 +145,14 @@ std::string read_checkpoint_config(const fs::path& path) {
   torch::IValue value;
   if (archive.try_read("config", value) && value.isString()) return value.toStringRef();
   return "";
+}
+
+std::vector<std::string> read_checkpoint_class_names(const fs::path& path) {
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, torch::kCPU);
+  torch::IValue value;
+  if (archive.try_read("class_names", value) && value.isString()) return split_names(value.toStringRef());
+  return {};
 }
 
 namespace {
@@ -206,6 +235,8 @@ CheckpointContent read_content(torch::serialize::InputArchive& archive, const st
   }
   if (!content.ema.empty()) content.ema_updates = read_int("ema_updates");
   if (archive.try_read("config", value) && value.isString()) content.config_yaml = value.toStringRef();
+  // Not in checkpoints written before class names were saved, nor of data without names.
+  if (archive.try_read("class_names", value) && value.isString()) content.class_names = split_names(value.toStringRef());
   return content;
 }
 

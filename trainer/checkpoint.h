@@ -33,6 +33,9 @@ struct TrainState {
 struct CheckpointContent {
   TrainState state;
   std::string config_yaml;  // the resolved config of the run that wrote it
+  // The name of each class by label (saved as "class_names", one per line); empty when the data had
+  // none, and in checkpoints written before class names were saved.
+  std::vector<std::string> class_names;
   // The EMA of the weights (optim/ema.h) by parameter and buffer name, saved as "ema.<name>";
   // empty when the run has none.
   std::vector<std::pair<std::string, torch::Tensor>> ema;
@@ -69,6 +72,8 @@ CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::
 
 // The resolved config YAML saved in a checkpoint (empty if it has none).
 std::string read_checkpoint_config(const std::filesystem::path& path);
+// The class names saved in a checkpoint (empty if it has none).
+std::vector<std::string> read_checkpoint_class_names(const std::filesystem::path& path);
 
 // Accepts a checkpoint file or a run directory (then its checkpoints/last.pt).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);

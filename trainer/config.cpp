@@ -155,6 +155,14 @@ void visit_checkpoint(Config& c, V& v) {
   v.field("every_steps", c.checkpoint.every_steps, at_least(0));
 }
 
+template <typename V>
+void visit_logging(Config& c, V& v) {
+  v.field("tensorboard", c.logging.tensorboard);
+  v.field("telemetry", c.logging.telemetry);
+  v.field("telemetry_interval_s", c.logging.telemetry_interval_s, positive());
+  v.field("flops", c.logging.flops);
+}
+
 // Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
 template <typename V>
 void visit_config(Config& c, V& v) {
@@ -165,6 +173,7 @@ void visit_config(Config& c, V& v) {
   v.section("schedule", [&] { visit_schedule(c, v); });
   v.section("train", [&] { visit_train(c, v); });
   v.section("checkpoint", [&] { visit_checkpoint(c, v); });
+  v.section("logging", [&] { visit_logging(c, v); });
 }
 
 // ---- cross-field checks -------------------------------------------------------------------------

@@ -84,6 +84,14 @@ struct CheckpointOptions {
   int64_t every_steps = 0;                // also save `last` every N optimizer steps; 0 = per epoch
 };
 
+// What a run records beyond metrics.jsonl and the log (README "Watching a run").
+struct LoggingOptions {
+  bool tensorboard = true;            // event files in <run>/tb/ (trainer/tensorboard.h)
+  bool telemetry = true;              // GPU telemetry from NVML (trainer/telemetry.h); CUDA only
+  double telemetry_interval_s = 1.0;  // seconds between NVML samples (averaged per logged step)
+  bool flops = true;                  // count the model's FLOPs at start: TFLOP/s and MFU (models/flops.h)
+};
+
 struct Config {
   RunOptions run;
   DataOptions data;
@@ -93,6 +101,7 @@ struct Config {
   ScheduleOptions schedule;
   TrainOptions train;
   CheckpointOptions checkpoint;
+  LoggingOptions logging;
 };
 
 // Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size

@@ -11,6 +11,7 @@
 #include "data/normalize.h"
 #include "data/pipeline.h"
 #include "data/transform_options.h"
+#include "models/state_dict.h"
 #include "optim/ema.h"
 #include "trainer/factory.h"
 #include "trainer/run.h"
@@ -101,7 +102,8 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
 
 namespace {
 
-Config predict_config(const PredictRequest& r) {
+template <typename Request>
+Config predict_config(const Request& r) {
   if (r.config_file) return load_config(*r.config_file, r.overrides);
   const std::string yaml = read_checkpoint_config(r.checkpoint);
   STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
@@ -135,15 +137,18 @@ std::unique_ptr<PredictModel> load_model_for_predict(const Config& config, const
   return m;
 }
 
-// The top k classes of a softmax over `logits` [1, C].
-ImagePrediction top_classes(const torch::Tensor& logits, int64_t k, const fs::path& image) {
+// The top k classes of a softmax over `logits` [1, C], named by `names` (by index) where it has them.
+ImagePrediction top_classes(const torch::Tensor& logits, int64_t k, const fs::path& image,
+                            const std::vector<std::string>& names) {
   const torch::Tensor probs = torch::softmax(logits.to(torch::kFloat32), 1)[0];
   const auto [values, indices] = probs.topk(std::min<int64_t>(k, probs.size(0)));
   const torch::Tensor v = values.cpu(), i = indices.cpu();
   ImagePrediction p;
   p.image = image;
   for (int64_t j = 0; j < v.size(0); ++j) {
-    p.classes.push_back(i[j].item<int64_t>());
+    const int64_t c = i[j].item<int64_t>();
+    p.classes.push_back(c);
+    p.names.push_back(c < static_cast<int64_t>(names.size()) ? names[c] : std::to_string(c));
     p.probabilities.push_back(v[j].item<double>());
   }
   return p;
@@ -163,6 +168,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
   const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, channels, device);
+  const std::vector<std::string> names = read_checkpoint_class_names(r.checkpoint);
   const Precision precision = config.train.precision;
   torch::NoGradGuard no_grad;
 
@@ -183,9 +189,25 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
     torch::Tensor pixels = torch::empty({1, plan.out_height, plan.out_width, channels}, torch::kUInt8);
     pipeline.transform(work, pixels.data_ptr<uint8_t>());
     const torch::Tensor input = normalize(pixels.to(device));
-    out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n]));
+    out.push_back(top_classes(forward_in_precision(m->model, input, device, precision), r.top_k, r.images[n], names));
   }
   return out;
+}
+
+void export_checkpoint(const ExportRequest& r) {
+  STOKER_CHECK(r.format == "state_dict",
+               "export --format {} is not implemented yet (issue #13); export --format state_dict and "
+               "trace it in Python (torch.jit.trace) or export it to ONNX (torch.onnx.export)",
+               r.format);
+  STOKER_CHECK(!r.output.empty(), "export needs an output file (--output FILE)");
+  Config config = predict_config(r);
+  config.train.channels_last = false;  // plain contiguous tensors in the file
+  PredictRequest load;
+  load.checkpoint = r.checkpoint;
+  load.use_ema = r.use_ema;
+  const auto channels = static_cast<int64_t>(config.data.mean.size());
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
+  models::save_state_dict(*m->model.ptr(), r.output);
 }
 
 }  // namespace stoker

@@ -62,6 +62,7 @@ struct PredictRequest {
 struct ImagePrediction {
   std::filesystem::path image;
   std::vector<int64_t> classes;       // the top k class indices, most probable first
+  std::vector<std::string> names;     // their names (the checkpoint's class names), or the indices
   std::vector<double> probabilities;  // their softmax probabilities
 };
 
@@ -69,5 +70,21 @@ struct ImagePrediction {
 // decode, data.eval_transforms) and normalisation (data/normalize.h: data.mean / data.std) and
 // classifies it. An unreadable image is a stoker::Error naming it.
 std::vector<ImagePrediction> predict_images(const PredictRequest& request);
+
+// ---- trainer export -------------------------------------------------------------------------------
+
+struct ExportRequest {
+  std::filesystem::path checkpoint;
+  std::optional<std::filesystem::path> config_file;  // as PredictRequest: default the checkpoint's
+  std::vector<std::string> overrides;
+  // state_dict: torch.save format (models/state_dict.h; torchvision names for the torchvision-layout
+  // ResNets). torchscript: not implemented yet, an error saying what to do instead.
+  std::string format = "state_dict";
+  bool use_ema = false;  // the checkpoint's EMA weights
+  std::filesystem::path output;
+};
+// Loads the checkpoint's weights (or EMA weights) into the configured model on the CPU, in the
+// dtype the run trained in, and writes them to request.output.
+void export_checkpoint(const ExportRequest& request);
 
 }  // namespace stoker

@@ -78,6 +78,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
   }
   for (const auto& finding : findings) logger().warn("size check: {}", finding);
   TrainerOptions options = trainer_options(config, device);
+  options.class_names = train->class_names();
   const int64_t steps_per_epoch = (train->num_batches() + options.accumulate_steps - 1) / options.accumulate_steps;
   TrainerParts parts = make_parts(config, std::move(model), device, steps_per_epoch);
   return std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));

@@ -21,6 +21,7 @@
 #include "optim/schedule.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
+#include "trainer/run_observe.h"
 
 namespace stoker {
 namespace fs = std::filesystem;
@@ -242,11 +243,16 @@ TrainOutcome run_training(const TrainRequest& request) {
   }
   logger().debug("resolved config:\n{}", resolved);
 
+  if (!fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
+
   log_run_start(config, setup, outcome.run_dir);
+  const Efficiency efficiency = measure_efficiency(config, setup.loaders.train->channels(),
+                                                   setup.loaders.train->out_height(),
+                                                   setup.loaders.train->out_width(), setup.device);
+  const std::shared_ptr<TelemetryReading> telemetry = start_run_telemetry(config, setup.device);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
-  trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
-                                                         request.live_progress, config.train.log_every_steps));
+  add_logging_callbacks(trainer, config, outcome.run_dir, request.live_progress, efficiency, telemetry);
   trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));

@@ -359,6 +359,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) {
   CheckpointContent content;
   content.state = state_;
   content.config_yaml = options_.config_yaml;
+  content.class_names = options_.class_names;
   if (ema_) {
     content.ema = ema_->named_tensors();
     content.ema_updates = ema_->updates();

@@ -93,6 +93,7 @@ struct TrainerOptions {
   torch::Device device = torch::kCPU;
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
+  std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
 };
 
 // The loss: float32 logits and targets in, a scalar out.

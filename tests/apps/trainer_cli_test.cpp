@@ -79,7 +79,7 @@ TEST(TrainerCli, AFlagOfAnotherSubcommandNamesTheSubcommandsThatTakeIt) {
   expect_usage_error("--config a.yaml --steps=5", "--steps is not an option of 'train'; it belongs to: bench-step, doctor",
                      "train");
   expect_usage_error("bench-data --config a.yaml --checkpoint c.pt",
-                     "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict", "bench-data");
+                     "--checkpoint is not an option of 'bench-data'; it belongs to: eval, predict, export", "bench-data");
   expect_usage_error("predict --checkpoint c.pt --print-config x.png",
                      "--print-config is not an option of 'predict'; it belongs to: train, bench-data, bench-step, eval, doctor",
                      "predict");
@@ -96,7 +96,7 @@ TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
                      "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
                      "eval");
   expect_usage_error("frobnicate --config a.yaml",
-                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor",
+                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor, report, export",
                      "");
   expect_usage_error("train extra --config a.yaml", "unexpected argument 'extra' for 'train'", "train");
 }
@@ -145,6 +145,20 @@ TEST(TrainerCli, HelpOverallAndPerSubcommand) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "Usage: trainer train [OPTIONS]");
   EXPECT_CONTAINS(r.output, "--resume RUN");
+}
+
+TEST(TrainerCli, ReportWritesThePageOrSaysWhatIsMissing) {
+  TempDir dir;
+  fs::create_directories(dir / "run");
+  write_text(dir / "run/metrics.jsonl", "{\"kind\":\"step\",\"step\":1,\"loss\":2}\n{\"kind\":\"step\",\"step\":2,\"loss\":1}\n");
+  Result r = run_trainer("report " + (dir / "run").string() + " --output " + (dir / "r.html").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "wrote " + (dir / "r.html").string());
+  EXPECT_CONTAINS(testing::read_bytes(dir / "r.html"), "<svg");
+  r = run_trainer("report " + dir.path().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "holds no metrics.jsonl");
+  expect_usage_error("report", "report needs the run directory (runs/<name>/<time>)", "report");
 }
 
 TEST(TrainerCli, InvalidConfigNamesKeyAndLine) {

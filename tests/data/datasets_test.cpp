@@ -36,6 +36,8 @@ TEST(Cifar, ReadsRecordsAsHwcImages) {
   auto set = create_dataset(options("cifar10", dir.path(), "test"));
   ASSERT_EQ(set->size(), 2);
   EXPECT_EQ(set->channels(), 3);
+  ASSERT_EQ(set->class_names().size(), 10u);
+  EXPECT_EQ(set->class_names()[3], "cat");
   RawSample s;
   set->read(1, s);
   EXPECT_FALSE(s.encoded);
@@ -62,6 +64,7 @@ TEST(ImageFolder, FindsClassesInOrderAndReadsFiles) {
   stoker::testing::write_bytes(dir / "train/ant/notes.txt", "not an image");
   auto set = std::make_shared<ImageFolderDataset>(options("image_folder", dir.path()));
   EXPECT_EQ(set->classes(), (std::vector<std::string>{"ant", "zebra"}));
+  EXPECT_EQ(set->class_names(), set->classes());
   ASSERT_EQ(set->size(), 6);
   RawSample s;
   set->read(4, s);
@@ -69,6 +72,21 @@ TEST(ImageFolder, FindsClassesInOrderAndReadsFiles) {
   EXPECT_EQ(s.label, 1);
   EXPECT_EQ(sniff_format(s.bytes.data(), s.bytes.size()), ImageFormat::Png);
   EXPECT_CONTAINS(set->describe(4), "zebra/1.png");
+}
+
+TEST(Idx, ClassNamesOnlyWhenNamed) {
+  TempDir dir;
+  stoker::testing::write_synthetic_idx_dataset(dir.path(), 16, 8, 12);
+  DatasetOptions o = options("idx", dir.path(), "test");
+  EXPECT_TRUE(create_dataset(o)->class_names().empty()) << "IDX files carry no names";
+  o.own = dataset_type_options("idx");
+  o.own.as<IdxOptions>().class_names = "fashion_mnist";
+  const std::vector<std::string> names = create_dataset(o)->class_names();
+  ASSERT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.front(), "T-shirt/top");
+  EXPECT_EQ(names.back(), "Ankle boot");
+  o.num_classes = 12;
+  EXPECT_CONTAINS(error_of([&] { create_dataset(o); }), "data.idx.class_names: fashion_mnist names 10 classes");
 }
 
 TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {

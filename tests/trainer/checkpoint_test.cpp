@@ -67,6 +67,8 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
   EXPECT_DOUBLE_EQ(loaded.state.best_metric, 0.875);
   EXPECT_EQ(loaded.state.best_epoch, 1);
   EXPECT_EQ(loaded.config_yaml, content.config_yaml);
+  EXPECT_TRUE(loaded.class_names.empty()) << "none saved, none loaded";
+  EXPECT_TRUE(read_checkpoint_class_names(dir / "c.pt").empty());
   EXPECT_TRUE(torch::equal(torch::rand({4}), draw_after_save)) << "RNG state not restored";
 
   // Optimizer state: the same next step from the same gradients.
@@ -78,6 +80,19 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
     p->optimizer->step();
   }
   EXPECT_TRUE(same(snapshot(*a.model.ptr()), snapshot(*b.model.ptr()))) << "momentum not restored";
+}
+
+TEST(Checkpoint, ClassNamesRoundTrip) {
+  TempDir dir;
+  Parts a = make_parts(1);
+  CheckpointContent content;
+  content.class_names = {"T-shirt/top", "Ankle boot", ""};
+  save_checkpoint(dir / "c.pt", *a.model.ptr(), *a.optimizer, content);
+  EXPECT_EQ(load_checkpoint(dir / "c.pt", *a.model.ptr(), nullptr, torch::kCPU).class_names, content.class_names);
+  EXPECT_EQ(read_checkpoint_class_names(dir / "c.pt"), content.class_names);
+  content.class_names = {"two\nlines"};
+  EXPECT_CONTAINS(testing::error_of([&] { save_checkpoint(dir / "d.pt", *a.model.ptr(), *a.optimizer, content); }),
+                  "holds a line break");
 }
 
 TEST(Checkpoint, InterruptedWriteLeavesThePreviousFileIntact) {

@@ -185,6 +185,24 @@ TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
             "recipe.yaml: model.width at line 1: expected an integer >= 2, got \"1\"");
 }
 
+TEST(Config, LoggingSectionAndIdxClassNames) {
+  const Config defaults = parse_config("", "r.yaml");
+  EXPECT_TRUE(defaults.logging.tensorboard);
+  EXPECT_TRUE(defaults.logging.telemetry);
+  EXPECT_TRUE(defaults.logging.flops);
+  EXPECT_EQ(defaults.logging.telemetry_interval_s, 1.0);
+  const Config c = parse_config("logging: {tensorboard: false, telemetry_interval_s: 0.5}\n"
+                                "data: {idx: {class_names: fashion_mnist}}\n", "r.yaml");
+  EXPECT_FALSE(c.logging.tensorboard);
+  EXPECT_EQ(c.logging.telemetry_interval_s, 0.5);
+  EXPECT_EQ(c.data.dataset.as<data::IdxOptions>().class_names, "fashion_mnist");
+  EXPECT_NE(config_to_yaml(c).find("logging:"), std::string::npos);
+  EXPECT_EQ(error_of("logging:\n  telemetry_interval_s: 0\n"),
+            "recipe.yaml: logging.telemetry_interval_s at line 2: expected a positive number, got \"0\"");
+  EXPECT_NE(error_of("data:\n  idx: {class_names: digits}\n").find("data.idx.class_names at line 2"),
+            std::string::npos);
+}
+
 TEST(Config, InvalidYamlNamesLineAndColumn) {
   const std::string msg = error_of("run:\n  name: [unclosed\n");
   EXPECT_NE(msg.find("recipe.yaml: invalid YAML at line"), std::string::npos) << msg;

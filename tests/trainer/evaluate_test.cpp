@@ -9,6 +9,7 @@
 
 #include "test_util.h"
 #include "trainer/run.h"
+#include "models/state_dict.h"
 
 namespace stoker {
 namespace {
@@ -79,7 +80,51 @@ TEST(Evaluate, CheckpointsOfEveryPrecisionEvaluateAsTheirRunDid) {
     ASSERT_EQ(p.size(), 1u) << precision;
     ASSERT_EQ(p[0].classes.size(), 3u) << precision;
     EXPECT_GE(p[0].probabilities[0], p[0].probabilities[1]) << precision;
+    // No class names in the data (data.idx.class_names: indices): the indices stand for them.
+    EXPECT_EQ(p[0].names[0], std::to_string(p[0].classes[0])) << precision;
   }
+}
+
+// With data.idx.class_names: fashion_mnist, the checkpoint carries the ten names and predict gives them.
+TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
+  stoker::testing::TempDir data, runs;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 64, 32, 12);
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data.path(), runs.path());
+  request.config.train.epochs = 1;
+  request.config.data.dataset.as<data::IdxOptions>().class_names = "fashion_mnist";
+  const TrainOutcome out = run_training(request);
+  const fs::path last = out.run_dir / "checkpoints" / "last.pt";
+  EXPECT_EQ(read_checkpoint_class_names(last), data::fashion_mnist_class_names());
+  const fs::path image = runs.path() / "x.png";
+  stoker::testing::write_png(image, 12, 12, 1, std::vector<uint8_t>(144, 200));
+  PredictRequest predict;
+  predict.checkpoint = last;
+  predict.images = {image};
+  predict.top_k = 10;
+  const std::vector<ImagePrediction> p = predict_images(predict);
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_EQ(p[0].names.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(p[0].names[i], data::fashion_mnist_class_names()[p[0].classes[i]]) << i;
+  }
+
+  // export --format state_dict: the checkpoint's weights, loadable (strictly) into the same model.
+  ExportRequest e;
+  e.checkpoint = last;
+  e.output = runs.path() / "weights.pt";
+  export_checkpoint(e);
+  torch::nn::AnyModule from_checkpoint = make_model(request.config, 1), from_export = make_model(request.config, 1);
+  load_checkpoint(last, *from_checkpoint.ptr(), nullptr, torch::kCPU);
+  models::load_state_dict(*from_export.ptr(), e.output);
+  const auto want = from_checkpoint.ptr()->named_parameters(), got = from_export.ptr()->named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& item : want) EXPECT_TRUE(torch::equal(item.value(), got[item.key()])) << item.key();
+  e.use_ema = true;
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "has no EMA weights");
+  e.use_ema = false;
+  e.format = "torchscript";
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "export --format torchscript is not implemented yet");
 }
 
 // `trainer eval` sets TF32 as the run's Trainer did: off for fp32 (IEEE float32 convolutions and

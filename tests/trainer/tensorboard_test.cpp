@@ -1,10 +1,14 @@
 // TensorBoard event files: CRC-32C against published vectors, the Event wire bytes, write errors,
 // and (suite TensorBoardPython) TensorBoard's own EventAccumulator reading what the callback wrote,
-// and its record reader rejecting a corrupted record by its CRC.
+// and its record reader rejecting a corrupted record by its CRC; run_training wiring it in (event
+// file, FLOPs and MFU in metrics.jsonl, environment.json), read back by TensorBoard too.
 #include "trainer/tensorboard.h"
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <fstream>
@@ -12,6 +16,7 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "trainer/run.h"
 
 namespace stoker {
 namespace {
@@ -82,6 +87,75 @@ TEST(TensorBoardWriter, FileNamesAndWriteErrors) {
   EXPECT_GT(fs::file_size(a), 0u);
   // A full disk: the error names the file.
   EXPECT_CONTAINS(testing::error_of([] { EventFileWriter full("/dev/full"); }), "/dev/full");
+}
+
+// ---- wired into run_training -------------------------------------------------------------------------
+
+// One short epoch on the synthetic data (4 steps of 32, logged every 3 steps), with an EMA.
+TrainOutcome train_one_epoch(const fs::path& data, const fs::path& runs, bool tensorboard) {
+  testing::write_synthetic_idx_dataset(data, 128, 64, 12);
+  TrainRequest request;
+  request.config = testing::tiny_config(data, runs);
+  request.config.train.epochs = 1;
+  request.config.train.log_every_steps = 3;
+  request.config.train.ema_decay = 0.9;
+  request.config.logging.tensorboard = tensorboard;
+  return run_training(request);
+}
+
+// The first line of metrics.jsonl of `kind` ("step" or "epoch").
+std::string metrics_line(const fs::path& run_dir, const std::string& kind) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"kind\":\"" + kind + "\"") != std::string::npos) return line;
+  }
+  ADD_FAILURE() << "no " << kind << " line in " << (run_dir / "metrics.jsonl");
+  return "";
+}
+
+double json_number(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no " << key << " in " << line;
+    return std::nan("");
+  }
+  return std::stod(line.substr(at + key.size() + 3));
+}
+
+TEST(RunObservability, TrainingWritesEventFileEnvironmentAndFlops) {
+  TempDir data, runs;
+  const TrainOutcome out = train_one_epoch(data.path(), runs.path(), true);
+  std::vector<fs::path> events;
+  for (const auto& entry : fs::directory_iterator(out.run_dir / "tb")) events.push_back(entry.path());
+  ASSERT_EQ(events.size(), 1u);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string name = events[0].filename().string();
+  EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
+  EXPECT_EQ(name.substr(name.size() - std::string(host).size()), host) << name;
+  EXPECT_GT(fs::file_size(events[0]), 200u);
+  // FLOPs counted at start: TFLOP/s and MFU (against the CPU's measured peak) in both kinds of line.
+  for (const char* kind : {"step", "epoch"}) {
+    const std::string line = metrics_line(out.run_dir, kind);
+    const double tflops = json_number(line, "tflops"), mfu = json_number(line, "mfu");
+    EXPECT_GT(tflops, 0) << line;
+    EXPECT_GT(mfu, 0) << line;
+    EXPECT_LT(mfu, 1) << line;
+    // tflops = samples/s x the model's training FLOPs per sample: the same ratio in every line.
+    EXPECT_GT(tflops * 1e12 / json_number(line, "samples_per_s"), 1e5) << line;
+  }
+  EXPECT_CONTAINS(testing::read_bytes(out.run_dir / "train.log"), "MFU ");
+  const std::string environment = testing::read_bytes(out.run_dir / "environment.json");
+  EXPECT_CONTAINS(environment, "\"torch\":\"" TORCH_VERSION "\"");
+  EXPECT_CONTAINS(environment, "\"device\":\"cpu\"");
+  EXPECT_CONTAINS(environment, "\"stoker_commit\":");
+}
+
+TEST(RunObservability, TensorBoardOffWritesNoEventFile) {
+  TempDir data, runs;
+  const TrainOutcome out = train_one_epoch(data.path(), runs.path(), false);
+  EXPECT_FALSE(fs::exists(out.run_dir / "tb"));
+  EXPECT_TRUE(fs::exists(out.run_dir / "metrics.jsonl"));
 }
 
 // ---- read back by TensorBoard ------------------------------------------------------------------------
@@ -262,6 +336,36 @@ TEST_F(TensorBoardPython, ResumedRunReplacesTheEventsAfterItsCheckpoint) {
   // No loss scaling in the resumed part: only the first file's steps before the checkpoint.
   ASSERT_TRUE(got.count("train/loss_scale"));
   EXPECT_EQ(got.at("train/loss_scale").size(), 2u);
+}
+
+TEST_F(TensorBoardPython, TrainingRunHasEveryTagWithMetricsValues) {
+  TempDir data, runs;
+  const TrainOutcome out = train_one_epoch(data.path(), runs.path(), true);
+  const Series got = scalars(out.run_dir / "tb");
+  // 128 samples / 32 = 4 optimizer steps, logged at steps 3 and 4 (the epoch's end).
+  for (const char* tag : {"train/loss", "train/lr", "train/samples_per_s", "train/data_wait", "perf/tflops",
+                          "perf/mfu"}) {
+    ASSERT_TRUE(got.count(tag)) << "TensorBoard found no tag " << tag;
+    EXPECT_EQ(got.at(tag).size(), 2u) << tag;
+    EXPECT_TRUE(got.at(tag).count(3) && got.at(tag).count(4)) << tag;
+  }
+  const std::string epoch = metrics_line(out.run_dir, "epoch");
+  const std::map<std::string, std::string> per_epoch = {
+      {"test/loss", "test_loss"},         {"test/top1", "test_top1"},         {"test/top5", "test_top5"},
+      {"ema_test/loss", "ema_test_loss"}, {"ema_test/top1", "ema_test_top1"}, {"ema_test/top5", "ema_test_top5"},
+      {"train/epoch_loss", "train_loss"}, {"epoch/tflops", "tflops"},         {"epoch/mfu", "mfu"},
+      {"epoch/samples_per_s", "samples_per_s"}, {"data/read_s", "data_read_s"}};
+  for (const auto& [tag, key] : per_epoch) {
+    ASSERT_TRUE(got.count(tag)) << "TensorBoard found no tag " << tag;
+    ASSERT_EQ(got.at(tag).size(), 1u) << tag;
+    ASSERT_TRUE(got.at(tag).count(4)) << tag << " is not at the epoch's last step";
+    const double want = json_number(epoch, key);  // float32 in the event file
+    EXPECT_NEAR(got.at(tag).at(4), want, 1e-6 * std::max(1.0, std::abs(want))) << tag;
+  }
+  // The first logged step's loss and lr are metrics.jsonl's first step line's.
+  const std::string step = metrics_line(out.run_dir, "step");
+  EXPECT_NEAR(got.at("train/loss").at(3), json_number(step, "loss"), 1e-6);
+  EXPECT_NEAR(got.at("train/lr").at(3), json_number(step, "lr"), 1e-7);
 }
 
 TEST_F(TensorBoardPython, RecordReaderRejectsACorruptedRecordByItsCrc) {
