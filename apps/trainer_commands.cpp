@@ -51,6 +51,17 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
   log.info("training time:   {} in this invocation", stoker::format_duration(out.fit.seconds));
 }
 
+// The command that goes on from a diverged run's last good checkpoint (or starts again) with
+// optimizer.lr ten times lower.
+std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e) {
+  std::string command = "trainer --config " + args.config;
+  for (const std::string& set : args.overrides) {
+    if (set.rfind("optimizer.lr=", 0) != 0) command += " --set " + set;
+  }
+  if (e.last_good) command += " --resume " + e.last_good->string();
+  return command + fmt::format(" --set optimizer.lr={:g}", e.lower_lr);
+}
+
 std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
 
 }  // namespace
@@ -67,7 +78,15 @@ int train(const Args& args) {
   auto& log = stoker::logger();
   log.info("stoker trainer: {}{}", args.config,
            args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
-  const stoker::TrainOutcome out = stoker::run_training(request);
+  stoker::TrainOutcome out;
+  try {
+    out = stoker::run_training(request);
+  } catch (const stoker::TrainingDiverged& e) {
+    log.error("{}", e.what());
+    log.error("{} with a lower learning rate: {}", e.last_good ? "continue from there" : "start again",
+              diverged_command(args, e));
+    return 1;
+  }
   log_summary(*config, out);
   if (out.fit.interrupted) {
     log.warn("stopped early; continue with: trainer --config {} --resume {}", args.config,
@@ -154,11 +173,15 @@ int eval(const Args& args) {
   const stoker::CheckpointEvaluation e = stoker::evaluate_checkpoint(config, checkpoint);
   std::printf("checkpoint %s (%lld epoch(s) done, step %lld)\n", checkpoint.c_str(), (long long)e.state.epoch,
               (long long)e.state.step);
-  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples)\n", e.model.loss,
-              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples);
+  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples%s)\n", e.model.loss,
+              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples,
+              e.model.excluded > 0
+                  ? fmt::format("; {} unreadable sample(s) left out", e.model.excluded).c_str()
+                  : "");
   stoker::JsonLine json;
   json.add("checkpoint", checkpoint.string())
       .add("samples", e.model.samples)
+      .add("excluded", e.model.excluded)
       .add("test_loss", e.model.loss)
       .add("test_top1", e.model.top1)
       .add("test_top5", e.model.top5);

@@ -133,6 +133,8 @@ void visit_train(Config& c, V& v) {
   v.field("log_every_steps", c.train.log_every_steps, at_least(1));
   v.field("ema_decay", c.train.ema_decay, unit_open());
   v.field("ema_warmup", c.train.ema_warmup);
+  choice(v, "on_nonfinite", c.train.on_nonfinite, {{"stop", OnNonfinite::kStop}, {"skip", OnNonfinite::kSkip}});
+  v.field("max_nonfinite_skips", c.train.max_nonfinite_skips, at_least(1));
   v.section("early_stopping", [&] {
     v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
     v.field("patience", c.train.early_stopping.patience, at_least(0));

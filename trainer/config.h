@@ -17,6 +17,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
 namespace stoker {
@@ -63,6 +64,10 @@ struct TrainOptions {
   double ema_decay = 0.0;
   bool ema_warmup = false;  // timm's EMA warm-up: decay min(ema_decay, 1 - (1 + updates)^(-2/3))
   EarlyStoppingOptions early_stopping;
+  // An inf/NaN loss or gradient: stop the run (no checkpoint after it, exit status 1) or skip the
+  // step, up to max_nonfinite_skips steps in a row (trainer/nonfinite.h).
+  OnNonfinite on_nonfinite = OnNonfinite::kStop;
+  int64_t max_nonfinite_skips = 10;
 };
 
 struct CheckpointOptions {

@@ -187,6 +187,28 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
 }
 
+// The Trainer's report of the first inf/NaN step, with the checkpoint to continue from.
+TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
+                          const std::optional<CheckpointCallback::SavedCheckpoint>& saved,
+                          const std::optional<fs::path>& resumed_from, int64_t resumed_step) {
+  std::optional<fs::path> good;
+  int64_t good_step = 0;
+  if (saved) {
+    good = saved->path;
+    good_step = saved->step;
+  } else if (resumed_from) {
+    good = resumed_from;
+    good_step = resumed_step;
+  }
+  const std::string policy = e.skips_in_a_row() > 0 ? "" : " (train.on_nonfinite: stop)";
+  const std::string after =
+      good ? fmt::format("no checkpoint was written after it; the last good one is {} (step {})", good->string(),
+                         good_step)
+           : std::string("no checkpoint had been written yet");
+  return TrainingDiverged(fmt::format("training diverged: {}{}; {}", e.what(), policy, after), good, good_step,
+                          config.optimizer.lr / 10);
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
@@ -204,8 +226,10 @@ TrainOutcome run_training(const TrainRequest& request) {
   attach_log_file(outcome.run_dir / "train.log");
 
   const std::string resolved = config_to_yaml(config);
+  int64_t resumed_step = 0;
   if (resume_from) {
     trainer.load_checkpoint(*resume_from);
+    resumed_step = trainer.state().step;
     logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
                   trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
     // Keep the first run's config; record the one this part ran with.
@@ -222,7 +246,8 @@ TrainOutcome run_training(const TrainRequest& request) {
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
                                                          request.live_progress, config.train.log_every_steps));
-  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
+  auto checkpoints = std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint);
+  trainer.add_callback(checkpoints);
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
   }
@@ -231,7 +256,11 @@ TrainOutcome run_training(const TrainRequest& request) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
                   trainer.state().epoch);
   }
-  outcome.fit = trainer.fit();
+  try {
+    outcome.fit = trainer.fit();
+  } catch (const NonfiniteError& e) {
+    throw diverged(e, config, checkpoints->last_saved(), resume_from, resumed_step);
+  }
   outcome.state = trainer.state();
   if (!outcome.fit.epochs.empty()) {
     outcome.final_test = outcome.fit.epochs.back().test;

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
 
+#include "common/error.h"
 #include "data/loader.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
@@ -30,6 +31,20 @@ struct TrainOutcome {
   EvalResult final_ema_test;  // the same with the EMA of the weights; samples == 0 without one
 };
 
+// Training diverged (train.on_nonfinite): the first inf/NaN step as the Trainer reported it, the last
+// checkpoint of the run holding finite weights (none when nothing was saved yet) and a lower
+// optimizer.lr to continue from it with.
+class TrainingDiverged : public Error {
+ public:
+  TrainingDiverged(const std::string& message, std::optional<std::filesystem::path> last_good, int64_t last_good_step,
+                   double lower_lr)
+      : Error(message), last_good(std::move(last_good)), last_good_step(last_good_step), lower_lr(lower_lr) {}
+  std::optional<std::filesystem::path> last_good;
+  int64_t last_good_step = 0;
+  double lower_lr = 0;  // optimizer.lr / 10
+};
+
+// Throws TrainingDiverged when the loss, gradients or weights become inf/NaN (train.on_nonfinite).
 TrainOutcome run_training(const TrainRequest& request);
 
 // "auto" picks CUDA when available, else the CPU; "cuda"/"cuda:N" without CUDA is an error.
