@@ -54,12 +54,32 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
 // The command that goes on from a diverged run's last good checkpoint (or starts again) with
 // optimizer.lr ten times lower.
 std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e) {
-  std::string command = "trainer --config " + args.config;
-  for (const std::string& set : args.overrides) {
-    if (set.rfind("optimizer.lr=", 0) != 0) command += " --set " + set;
+  // A checkpoint holds its run's config: resuming needs only the new rate (a change that keeps the
+  // run's data and schedule, so it needs no --allow-config-change).
+  std::string command = "trainer";
+  if (e.last_good) {
+    command += " --resume " + e.last_good->string();
+  } else {
+    command += " --config " + args.config;
+    for (const std::string& set : args.overrides) {
+      if (set.rfind("optimizer.lr=", 0) != 0) command += " --set " + set;
+    }
   }
-  if (e.last_good) command += " --resume " + e.last_good->string();
   return command + fmt::format(" --set optimizer.lr={:g}", e.lower_lr);
+}
+
+// train's config: the recipe (--config), or with --resume and no --config the config saved in the
+// checkpoint; --set applies to either. With --print-config, prints it and returns nothing.
+std::optional<stoker::Config> train_config(const Args& args) {
+  if (!args.config.empty()) return load_or_print(args);
+  const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.resume);
+  const std::string yaml = stoker::read_checkpoint_config(checkpoint);
+  STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
+               checkpoint.string());
+  stoker::Config config = stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", args.overrides);
+  if (!args.print_config) return config;
+  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
+  return std::nullopt;
 }
 
 std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
@@ -67,16 +87,17 @@ std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fra
 }  // namespace
 
 int train(const Args& args) {
-  std::optional<stoker::Config> config = load_or_print(args);
+  std::optional<stoker::Config> config = train_config(args);
   if (!config) return 0;
   stoker::TrainRequest request;
   request.config = *config;
   if (!args.resume.empty()) request.resume = args.resume;
+  request.allow_config_change = args.allow_config_change;
   request.live_progress = args.progress == "bar" || (args.progress == "auto" && ::isatty(STDOUT_FILENO));
   stoker::install_stop_signal_handlers();
 
   auto& log = stoker::logger();
-  log.info("stoker trainer: {}{}", args.config,
+  log.info("stoker trainer: {}{}", args.config.empty() ? "the saved config of " + args.resume : args.config,
            args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
   stoker::TrainOutcome out;
   try {
@@ -89,8 +110,8 @@ int train(const Args& args) {
   }
   log_summary(*config, out);
   if (out.fit.interrupted) {
-    log.warn("stopped early; continue with: trainer --config {} --resume {}", args.config,
-             out.run_dir.string());
+    // The checkpoint holds the config this run trained with: resuming needs nothing else.
+    log.warn("stopped early; continue with: trainer --resume {}", out.run_dir.string());
     return 130;
   }
   return 0;

@@ -117,4 +117,18 @@ Config load_config(const std::filesystem::path& path,
 // gives back the same Config.
 std::string config_to_yaml(const Config& config);
 
+// A key whose value differs between two configs (a run resumed with another config).
+struct ConfigDifference {
+  std::string key;            // e.g. "data.train_limit"
+  std::string before, after;  // the values as one-line YAML; "(absent)" when a config lacks the key
+  // Whether the change alters what a resumed run could otherwise continue exactly: the data and
+  // its order (data.* but the loader's worker and buffer counts), the model, the schedule and its
+  // length (schedule.*, train.epochs), the batches per step (train.accumulate_steps,
+  // train.effective_batch_size), optimizer.type, train.precision and run.seed.
+  bool breaks_exactness = false;
+};
+
+// The keys whose values differ between `before` and `after`, in config order.
+std::vector<ConfigDifference> config_differences(const Config& before, const Config& after);
+
 }  // namespace stoker

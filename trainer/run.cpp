@@ -187,6 +187,30 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
 }
 
+// Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
+// that break exactness unless allowed; returns one line per difference for the log.
+std::vector<std::string> check_resume_config(const Config& config, const fs::path& checkpoint, bool allow) {
+  const std::string saved_yaml = read_checkpoint_config(checkpoint);
+  if (saved_yaml.empty()) {
+    return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
+  }
+  const Config saved = parse_config(saved_yaml, checkpoint.string() + " (its saved config)");
+  std::vector<std::string> lines, breaking;
+  for (const ConfigDifference& d : config_differences(saved, config)) {
+    lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
+                                d.breaks_exactness ? " (breaks exactness)" : ""));
+    if (d.breaks_exactness) breaking.push_back(fmt::format("{} ({} -> {})", d.key, d.before, d.after));
+  }
+  STOKER_CHECK(breaking.empty() || allow,
+               "cannot resume {} with a different {}: {}; the run could not continue exactly as it started. "
+               "Resume with its saved config (leave out --config and those --set), or pass "
+               "--allow-config-change to change them anyway (e.g. --set train.epochs=N "
+               "--allow-config-change to train a finished run further)",
+               checkpoint.string(), breaking.size() == 1 ? "value of this key" : "value of these keys",
+               fmt::join(breaking, ", "));
+  return lines;
+}
+
 // The Trainer's report of the first inf/NaN step, with the checkpoint to continue from.
 TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
                           const std::optional<CheckpointCallback::SavedCheckpoint>& saved,
@@ -214,10 +238,14 @@ TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
 TrainOutcome run_training(const TrainRequest& request) {
   const Config& config = request.config;
   // Everything that can be checked is checked before the run directory is made.
+  std::optional<fs::path> resume_from;
+  std::vector<std::string> config_changes;
+  if (request.resume) {
+    resume_from = resolve_checkpoint(*request.resume);
+    config_changes = check_resume_config(config, *resume_from, request.allow_config_change);
+  }
   TrainingSetup setup = make_training(config);
   Trainer& trainer = *setup.trainer;
-  std::optional<fs::path> resume_from;
-  if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
   TrainOutcome outcome;
   outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
@@ -230,6 +258,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   if (resume_from) {
     trainer.load_checkpoint(*resume_from);
     resumed_step = trainer.state().step;
+    for (const std::string& line : config_changes) logger().warn("{}", line);
     logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
                   trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
     // Keep the first run's config; record the one this part ran with.

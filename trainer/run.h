@@ -19,7 +19,11 @@ namespace stoker {
 
 struct TrainRequest {
   Config config;
-  std::optional<std::filesystem::path> resume;  // a run directory or a checkpoint file
+  // A run directory or a checkpoint file to continue. `config` is compared with the config saved in
+  // the checkpoint: every difference is logged, and one that breaks exactness (see
+  // ConfigDifference) is refused with a stoker::Error listing them unless `allow_config_change`.
+  std::optional<std::filesystem::path> resume;
+  bool allow_config_change = false;
   bool live_progress = false;                   // a redrawn bar (terminals) or plain lines
 };
 

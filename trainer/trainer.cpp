@@ -145,7 +145,10 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
   if (!scaler_->enabled()) watch_.note_gradients(params_);
-  if (watch_.skip_this_step(place_)) return;  // train.on_nonfinite: skip, and this step was not finite
+  if (watch_.skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
+    restore_buffers();
+    return;
+  }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
     clip_grad_norm(params_, options_.grad_clip_norm);
@@ -180,6 +183,28 @@ void Trainer::optimizer_step() {
   finish_optimizer_step();
 }
 
+// train.on_nonfinite: skip: the forward passes of a skipped step must not leave inf/NaN in the
+// buffers (BatchNorm's running statistics), so they are copied before the step's first batch (small
+// next to the weights) and put back when it is skipped.
+void Trainer::save_buffers() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers = module().buffers();
+  buffers_before_.resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!buffers_before_[i].defined() || !buffers_before_[i].sizes().equals(buffers[i].sizes())) {
+      buffers_before_[i] = torch::empty_like(buffers[i]);
+    }
+    buffers_before_[i].copy_(buffers[i]);
+  }
+}
+
+void Trainer::restore_buffers() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers = module().buffers();
+  if (buffers.size() != buffers_before_.size()) return;  // optimizer_step() called outside train_step
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_before_[i]);
+}
+
 torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) {
   if (graph_active() && micro_batches_ == 0) {
     // The graph's static gradients still hold the last replay's: zero them in place (they must stay
@@ -188,6 +213,7 @@ torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) 
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
   }
+  if (watch_.skipping() && micro_batches_ == 0) save_buffers();
   const bool last = ++micro_batches_ >= accumulate;
   if (last) set_learning_rate(*optimizer_, lr_at(state_.step));
   torch::Tensor loss = step_function(batch.input, batch.target, accumulate, last);

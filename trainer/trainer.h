@@ -220,6 +220,8 @@ class Trainer {
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
   std::vector<CheckpointPart> checkpoint_parts();
   void check_weights_finite();  // throws NonfiniteError when a weight (or its EMA) is inf/NaN
+  void save_buffers();     // train.on_nonfinite: skip: the module's buffers before a step
+  void restore_buffers();  // and back after a skipped one
 
   TrainerOptions options_;
   torch::nn::AnyModule model_;
@@ -237,6 +239,7 @@ class Trainer {
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
   NonfiniteWatch watch_;
   StepPlace place_;  // the optimizer step in progress, for the inf/NaN reports
+  std::vector<torch::Tensor> buffers_before_;  // see save_buffers()
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finish_requested_{false};
 };
