@@ -201,14 +201,13 @@ std::vector<std::string> check_resume_config(const Config& config, const fs::pat
                                 d.breaks_exactness ? " (breaks exactness)" : ""));
     if (d.breaks_exactness) breaking.push_back(fmt::format("{} ({} -> {})", d.key, d.before, d.after));
   }
-  STOKER_CHECK(breaking.empty() || allow,
-               "cannot resume {} with a different {}: {}; the run could not continue exactly as it started. "
+  if (breaking.empty() || allow) return lines;
+  STOKER_FAIL("cannot resume {} with a different {}: {}; the run could not continue exactly as it started. "
                "Resume with its saved config (leave out --config and those --set), or pass "
                "--allow-config-change to change them anyway (e.g. --set train.epochs=N "
                "--allow-config-change to train a finished run further)",
                checkpoint.string(), breaking.size() == 1 ? "value of this key" : "value of these keys",
                fmt::join(breaking, ", "));
-  return lines;
 }
 
 // The Trainer's report of the first inf/NaN step, with the checkpoint to continue from.
