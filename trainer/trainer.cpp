@@ -383,10 +383,13 @@ void Trainer::check_weights_finite() {
     for (const auto& [name, tensor] : ema_->named_tensors()) weights.push_back(tensor);
   }
   if (nonfinite_flag(weights, options_.device).item<float>() == 0) return;
-  const StepPlace here{state_.step, state_.epoch, state_.batch_in_epoch, lr_at(std::max<int64_t>(0, state_.step - 1))};
-  throw NonfiniteError(fmt::format("the weights{} are inf or NaN after step {} (epoch {}) with learning rate {:g}, "
-                                   "although the losses and gradients were finite: the update overflowed",
-                                   ema_ ? " (or their EMA)" : "", here.step, here.epoch + 1, here.lr),
+  // The last step taken did it (its losses and gradients were finite, or check_finite had thrown).
+  const StepPlace here = place_.step == state_.step
+                             ? place_
+                             : StepPlace{state_.step, state_.epoch, state_.batch_in_epoch, lr_at(state_.step)};
+  throw NonfiniteError(fmt::format("the weights{} became inf or NaN at step {} (epoch {}, batch {}) with learning "
+                                   "rate {:g}: its update overflowed, although its loss and gradients were finite",
+                                   ema_ ? " (or their EMA)" : "", here.step, here.epoch + 1, here.batch + 1, here.lr),
                        "the weights", here, 0);
 }
 

@@ -314,13 +314,17 @@ TEST(TrainerCli, DivergenceStopsWithTheStepAndNoNanCheckpoint) {
   TempDir data;
   stoker::testing::write_synthetic_idx_dataset(data.path(), 640, 64, 12);
   write_text(data / "r.yaml", tiny_recipe(data.path(), data / "runs", 3));
-  const Result r = run_trainer("--config " + (data / "r.yaml").string() + " --set optimizer.lr=1e6");
+  // Checkpoints every 2 steps, so that some are written before the loss becomes NaN (step 6 here).
+  const Result r =
+      run_trainer("--config " + (data / "r.yaml").string() + " --set optimizer.lr=1e6 --set checkpoint.every_steps=2");
   EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "the last good one is ");
   EXPECT_CONTAINS(r.output, "training diverged: ");
   EXPECT_TRUE(std::regex_search(r.output, std::regex("became inf or NaN at step [0-9]+ \\(epoch [0-9]+, batch [0-9]+\\) "
                                                      "with learning rate"))) << r.output;
   EXPECT_CONTAINS(r.output, "with a lower learning rate: trainer ");
   EXPECT_CONTAINS(r.output, "--set optimizer.lr=100000");
+  int checked = 0;
   for (const auto& run : fs::directory_iterator(data / "runs/cli")) {
     for (const char* name : {"last.pt", "best.pt"}) {
       const fs::path checkpoint = run.path() / "checkpoints" / name;
@@ -328,8 +332,10 @@ TEST(TrainerCli, DivergenceStopsWithTheStepAndNoNanCheckpoint) {
       const Result e = run_trainer("eval --config " + (data / "r.yaml").string() + " --checkpoint " + checkpoint.string());
       EXPECT_EQ(e.exit_code, 0) << e.output;
       EXPECT_EQ(e.output.find("nan"), std::string::npos) << checkpoint << ":\n" << e.output;
+      ++checked;
     }
   }
+  EXPECT_GE(checked, 1) << "no checkpoint was written before the divergence:\n" << r.output;
 }
 
 // ---- eval and predict, on one tiny run with an EMA --------------------------------------------------
