@@ -67,8 +67,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       schedule_(std::move(parts.schedule)),
       ema_(std::move(parts.ema)),
       train_(std::move(train)),
-      eval_(std::move(eval)),
-      watch_(options_.nonfinite, options_.device) {
+      eval_(std::move(eval)) {
   STOKER_CHECK(!model_.is_empty(), "Trainer: TrainerParts::model is empty; hand it the model to train");
   STOKER_CHECK(optimizer_ != nullptr,
                "Trainer: TrainerParts::optimizer is empty; hand it an optimizer over the model's parameters "
@@ -82,6 +81,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   STOKER_CHECK(options_.accumulate_steps >= 1, "Trainer: TrainerOptions::accumulate_steps must be >= 1, got {}",
                options_.accumulate_steps);
   check_model_placement(module(), options_);
+  watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
   precision_summary_ = apply_global_precision(options_.precision);
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
@@ -144,8 +144,8 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
-  if (!scaler_->enabled()) watch_.note_gradients(params_);
-  if (watch_.skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
+  if (!scaler_->enabled()) watch_->note_gradients(params_);
+  if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
     restore_buffers();
     return;
   }
@@ -160,7 +160,7 @@ void Trainer::apply_update() {
 torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Tensor& target, int64_t accumulate,
                                      bool update) {
   torch::Tensor loss = compute_loss(forward(input), target);
-  watch_.note_loss(loss);
+  watch_->note_loss(loss);
   backward(loss, accumulate);
   if (update) apply_update();
   return loss;
@@ -172,8 +172,8 @@ void Trainer::finish_optimizer_step() {
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
-  watch_.end_step(place_);
-  if (watch_.check_due(state_.step)) watch_.check();
+  watch_->end_step(place_);
+  if (watch_->check_due(state_.step)) watch_->check();
 }
 
 void Trainer::optimizer_step() {
@@ -213,7 +213,7 @@ torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) 
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
   }
-  if (watch_.skipping() && micro_batches_ == 0) save_buffers();
+  if (watch_->skipping() && micro_batches_ == 0) save_buffers();
   const bool last = ++micro_batches_ >= accumulate;
   if (last) set_learning_rate(*optimizer_, lr_at(state_.step));
   torch::Tensor loss = step_function(batch.input, batch.target, accumulate, last);
@@ -308,10 +308,10 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
       return;
     }
   }
-  watch_.check();  // before anything evaluates or saves the weights
+  watch_->check();  // before anything evaluates or saves the weights
   const double seconds = now_s() - start;
   er.epoch = epoch;
-  er.nonfinite_skips = watch_.take_skips();
+  er.nonfinite_skips = watch_->take_skips();
   const double counted = loss_count.item<double>();
   er.train_loss = counted > 0 ? loss_sum.item<double>() / counted : NAN;
   er.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
@@ -375,7 +375,7 @@ std::vector<CheckpointPart> Trainer::checkpoint_parts() {
   return parts;
 }
 
-void Trainer::check_finite() { watch_.check(); }
+void Trainer::check_finite() { watch_->check(); }
 
 void Trainer::check_weights_finite() {
   std::vector<torch::Tensor> weights = module().parameters();

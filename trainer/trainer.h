@@ -237,7 +237,7 @@ class Trainer {
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
-  NonfiniteWatch watch_;
+  std::unique_ptr<NonfiniteWatch> watch_;
   StepPlace place_;  // the optimizer step in progress, for the inf/NaN reports
   std::vector<torch::Tensor> buffers_before_;  // see save_buffers()
   std::atomic<bool> stop_requested_{false};
