@@ -232,6 +232,27 @@ TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
                           config.optimizer.lr / 10);
 }
 
+// Loads the checkpoint resumed from (logging the config changes) and saves the resolved config in
+// the run directory; returns the step resumed at (0 for a new run).
+int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<fs::path>& resume_from,
+                        const std::vector<std::string>& config_changes, const fs::path& run_dir) {
+  const std::string resolved = config_to_yaml(config);
+  logger().debug("resolved config:\n{}", resolved);
+  if (!resume_from) {
+    write_file_atomically(run_dir / "config.yaml", resolved);
+    return 0;
+  }
+  trainer.load_checkpoint(*resume_from);
+  for (const std::string& line : config_changes) logger().warn("{}", line);
+  logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(), trainer.state().epoch + 1,
+                trainer.state().batch_in_epoch, trainer.state().step);
+  // Keep the first run's config; record the one this part ran with.
+  const fs::path first = run_dir / "config.yaml";
+  const fs::path resumed = run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
+  write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  return trainer.state().step;
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
@@ -252,22 +273,7 @@ TrainOutcome run_training(const TrainRequest& request) {
                "the run directory {} is not writable", outcome.run_dir.string());
   attach_log_file(outcome.run_dir / "train.log");
 
-  const std::string resolved = config_to_yaml(config);
-  int64_t resumed_step = 0;
-  if (resume_from) {
-    trainer.load_checkpoint(*resume_from);
-    resumed_step = trainer.state().step;
-    for (const std::string& line : config_changes) logger().warn("{}", line);
-    logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
-                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
-    // Keep the first run's config; record the one this part ran with.
-    const fs::path first = outcome.run_dir / "config.yaml";
-    const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
-    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
-  } else {
-    write_file_atomically(outcome.run_dir / "config.yaml", resolved);
-  }
-  logger().debug("resolved config:\n{}", resolved);
+  const int64_t resumed_step = start_or_resume(trainer, config, resume_from, config_changes, outcome.run_dir);
 
   log_run_start(config, setup, outcome.run_dir);
 
@@ -281,7 +287,8 @@ TrainOutcome run_training(const TrainRequest& request) {
   }
 
   if (trainer.state().epoch >= config.train.epochs) {
-    logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
+    logger().info("the run already finished {} epoch(s); raise train.epochs to train further "
+                  "(--set train.epochs=N --allow-config-change)",
                   trainer.state().epoch);
   }
   try {
