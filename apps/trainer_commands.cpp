@@ -35,9 +35,9 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
   log.info("run directory:   {}", out.run_dir.string());
   log.info("epochs done:     {} of {} ({} optimizer steps)", state.epoch, config.train.epochs, state.step);
   if (out.final_test.samples > 0) {
-    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples)",
-             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss,
-             out.final_test.samples);
+    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples{})",
+             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss, out.final_test.samples,
+             out.final_test.excluded > 0 ? fmt::format("; {} unreadable left out", out.final_test.excluded) : "");
   }
   if (out.final_ema_test.samples > 0) {
     log.info("final EMA test:  top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f}", 100.0 * out.final_ema_test.top1,
