@@ -75,8 +75,22 @@ void recipe_flags(CLI::App& app, Args& a) {
 }
 
 void train_flags(CLI::App& app, Args& a) {
-  recipe_flags(app, a);
-  value_flag(app, "--resume", a.resume, "RUN", "continue a run: its directory (runs/<name>/<time>) or a checkpoint file");
+  value_flag(app, "--config", a.config, "FILE", "the recipe, e.g. configs/fashion_mnist.yaml (with --resume: the\n"
+             "run's saved config when left out)");
+  set_flag(app, a, "override one config value; repeatable (e.g. --set train.epochs=3)");
+  app.add_flag("--print-config", a.print_config, "print the resolved config and exit");
+  value_flag(app, "--resume", a.resume, "RUN",
+             "continue a run with its saved config: its directory (runs/<name>/<time>) or a\n"
+             "checkpoint file; --config/--set changes are logged");
+  app.add_flag("--allow-config-change", a.allow_config_change,
+               "with --resume: accept changes that break exactness (data.*, model.*, schedule.*,\n"
+               "train.epochs, batches per step, optimizer.type, precision, seed)");
+  app.parse_complete_callback([&app] {
+    if (app.count("--config") == 0 && app.count("--resume") == 0) {
+      throw CLI::RequiredError("train needs --config FILE (or --resume RUN to continue a run with its saved config)",
+                               static_cast<int>(CLI::ExitCodes::RequiredError));
+    }
+  });
   value_flag(app, "--progress", a.progress, "MODE", "auto (a live bar on a terminal; default), bar, or lines")
       ->check(one_of({"auto", "bar", "lines"}));
 }
@@ -169,7 +183,8 @@ const Subcommand kSubcommands[] = {
     {"train", "train the model a recipe describes (the default subcommand)",
      "Trains the model a YAML recipe describes, e.g. configs/fashion_mnist.yaml, into\n"
      "runs/<name>/<time>/. Ctrl-C or SIGTERM stops after the current step and saves\n"
-     "checkpoints/last.pt (exit status 130); --resume continues from there.",
+     "checkpoints/last.pt (exit status 130); `trainer --resume RUN` continues from there.\n"
+     "An inf/NaN loss stops the run with exit status 1 (train.on_nonfinite).",
      train_flags, stoker::apps::train},
     {"bench-data", "time the recipe's data pipeline alone",
      "Runs the recipe's data pipeline alone, without a model, and reports samples/s, the time\n"

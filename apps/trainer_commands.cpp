@@ -37,9 +37,9 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
   log.info("run directory:   {}", out.run_dir.string());
   log.info("epochs done:     {} of {} ({} optimizer steps)", state.epoch, config.train.epochs, state.step);
   if (out.final_test.samples > 0) {
-    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples)",
-             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss,
-             out.final_test.samples);
+    log.info("final test:      top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({} samples{})",
+             100.0 * out.final_test.top1, 100.0 * out.final_test.top5, out.final_test.loss, out.final_test.samples,
+             out.final_test.excluded > 0 ? fmt::format("; {} unreadable left out", out.final_test.excluded) : "");
   }
   if (out.final_ema_test.samples > 0) {
     log.info("final EMA test:  top-1 {:.2f}%, top-5 {:.2f}%, loss {:.4f}", 100.0 * out.final_ema_test.top1,
@@ -53,27 +53,67 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
   log.info("training time:   {} in this invocation", stoker::format_duration(out.fit.seconds));
 }
 
+// The command that goes on from a diverged run's last good checkpoint (or starts again) with
+// optimizer.lr ten times lower.
+std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e) {
+  // A checkpoint holds its run's config: resuming needs only the new rate (a change that keeps the
+  // run's data and schedule, so it needs no --allow-config-change).
+  std::string command = "trainer";
+  if (e.last_good) {
+    command += " --resume " + e.last_good->string();
+  } else {
+    command += " --config " + args.config;
+    for (const std::string& set : args.overrides) {
+      if (set.rfind("optimizer.lr=", 0) != 0) command += " --set " + set;
+    }
+  }
+  return command + fmt::format(" --set optimizer.lr={:g}", e.lower_lr);
+}
+
+// train's config: the recipe (--config), or with --resume and no --config the config saved in the
+// checkpoint; --set applies to either. With --print-config, prints it and returns nothing.
+std::optional<stoker::Config> train_config(const Args& args) {
+  if (!args.config.empty()) return load_or_print(args);
+  const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.resume);
+  const std::string yaml = stoker::read_checkpoint_config(checkpoint);
+  STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
+               checkpoint.string());
+  stoker::Config config = stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", args.overrides);
+  if (!args.print_config) return config;
+  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
+  return std::nullopt;
+}
+
 std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
 
 }  // namespace
 
 int train(const Args& args) {
-  std::optional<stoker::Config> config = load_or_print(args);
+  std::optional<stoker::Config> config = train_config(args);
   if (!config) return 0;
   stoker::TrainRequest request;
   request.config = *config;
   if (!args.resume.empty()) request.resume = args.resume;
+  request.allow_config_change = args.allow_config_change;
   request.live_progress = args.progress == "bar" || (args.progress == "auto" && ::isatty(STDOUT_FILENO));
   stoker::install_stop_signal_handlers();
 
   auto& log = stoker::logger();
-  log.info("stoker trainer: {}{}", args.config,
+  log.info("stoker trainer: {}{}", args.config.empty() ? "the saved config of " + args.resume : args.config,
            args.overrides.empty() ? "" : fmt::format(" with --set {}", fmt::join(args.overrides, " --set ")));
-  const stoker::TrainOutcome out = stoker::run_training(request);
+  stoker::TrainOutcome out;
+  try {
+    out = stoker::run_training(request);
+  } catch (const stoker::TrainingDiverged& e) {
+    log.error("{}", e.what());
+    log.error("{} with a lower learning rate: {}", e.last_good ? "continue from there" : "start again",
+              diverged_command(args, e));
+    return 1;
+  }
   log_summary(*config, out);
   if (out.fit.interrupted) {
-    log.warn("stopped early; continue with: trainer --config {} --resume {}", args.config,
-             out.run_dir.string());
+    // The checkpoint holds the config this run trained with: resuming needs nothing else.
+    log.warn("stopped early; continue with: trainer --resume {}", out.run_dir.string());
     return 130;
   }
   return 0;
@@ -156,11 +196,15 @@ int eval(const Args& args) {
   const stoker::CheckpointEvaluation e = stoker::evaluate_checkpoint(config, checkpoint);
   std::printf("checkpoint %s (%lld epoch(s) done, step %lld)\n", checkpoint.c_str(), (long long)e.state.epoch,
               (long long)e.state.step);
-  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples)\n", e.model.loss,
-              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples);
+  std::printf("test       loss %.4f, top-1 %s, top-5 %s (%lld samples%s)\n", e.model.loss,
+              percent(e.model.top1).c_str(), percent(e.model.top5).c_str(), (long long)e.model.samples,
+              e.model.excluded > 0
+                  ? fmt::format("; {} unreadable sample(s) left out", e.model.excluded).c_str()
+                  : "");
   stoker::JsonLine json;
   json.add("checkpoint", checkpoint.string())
       .add("samples", e.model.samples)
+      .add("excluded", e.model.excluded)
       .add("test_loss", e.model.loss)
       .add("test_top1", e.model.top1)
       .add("test_top5", e.model.top5);

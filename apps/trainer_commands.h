@@ -15,6 +15,7 @@ struct Args {
   std::vector<std::string> overrides;  // --set, in order
   bool print_config = false;
   std::string resume;                  // train
+  bool allow_config_change = false;    // train
   std::string progress = "auto";       // train
   int64_t batches = 200;               // bench-data
   std::string split = "train";         // bench-data

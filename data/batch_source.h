@@ -16,9 +16,13 @@
 
 namespace stoker::data {
 
+// The target of a sample left out of a batch because it could not be read (an evaluation loader's
+// bad samples: see LoaderOptions::exclude_bad_samples); its pixels are zero. Metrics skip it.
+constexpr int64_t kExcludedTarget = -1;
+
 struct Batch {
   torch::Tensor input;   // [B, C, H, W] (or uint8 [B, H, W, C] when a loader is asked for raw batches), on the device
-  torch::Tensor target;  // int64 [B], on the device
+  torch::Tensor target;  // int64 [B], on the device; kExcludedTarget for an excluded sample
   int64_t index = 0;     // batch index within the epoch
   const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
   int64_t size() const { return target.size(0); }

@@ -32,6 +32,7 @@ SamplePipelineOptions LoaderOptions::pipeline() const {
   return SamplePipelineOptions()
       .set_transforms(make_transform_pipeline(transforms))
       .set_skip_bad_samples(skip_bad_samples)
+      .set_exclude_bad_samples(exclude_bad_samples)
       .set_max_image_pixels(max_image_pixels)
       .set_warn(warn);
 }

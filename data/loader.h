@@ -51,6 +51,9 @@ struct LoaderOptions {
   int64_t shard_count = 1;
   bool even_shards = false;     // every shard the same size (see SamplerOptions::even_shards)
   bool skip_bad_samples = true;  // replace an unreadable sample (and warn) instead of failing
+  // Exclude an unreadable sample (and warn) instead: zero pixels, target kExcludedTarget (evaluation
+  // loaders, whose metrics skip it). Takes precedence over skip_bad_samples.
+  bool exclude_bad_samples = false;
   int64_t max_image_pixels = kDefaultMaxImagePixels;  // encoded images claiming more are bad samples
   // Registered transform types with their options, applied in order (data/transform_options.h):
   //   o.transforms = {make_transform("random_crop"), make_transform("horizontal_flip")};

@@ -87,13 +87,18 @@ int64_t SamplePipeline::fill(int64_t index, uint64_t seed, uint8_t* slot, Sample
   try {
     return load(index, seed, slot, work);
   } catch (const Error& e) {
-    if (!options_.skip_bad_samples) throw;
+    if (!options_.skip_bad_samples && !options_.exclude_bad_samples) throw;
     ++bad_count_;
     {
       std::lock_guard<std::mutex> lock(bad_mutex_);
       bad_names_.push_back(dataset_->describe(index));
     }
-    options_.warn(fmt::format("skipping bad sample {}: {}", index, e.what()));
+    options_.warn(fmt::format("{} bad sample {}: {}", options_.exclude_bad_samples ? "excluding" : "skipping",
+                              index, e.what()));
+  }
+  if (options_.exclude_bad_samples) {
+    std::memset(slot, 0, static_cast<size_t>(slot_bytes()));
+    return kExcludedTarget;
   }
   // Replace it with another sample, chosen deterministically, so that the batch stays full.
   const int64_t n = dataset_->size();

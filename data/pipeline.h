@@ -34,12 +34,16 @@ namespace stoker::data {
 struct SamplePipelineOptions {
   TransformPipeline transforms;  // e.g. make_transform_pipeline(list) (data/transform_options.h)
   bool skip_bad_samples = false;  // fill(): replace an unreadable sample (and warn) instead of failing
+  // fill(): exclude an unreadable sample (and warn): zero pixels and the label kExcludedTarget, for
+  // evaluation, which must not count another sample in its place. Takes precedence over skip.
+  bool exclude_bad_samples = false;
   int64_t max_image_pixels = kDefaultMaxImagePixels;  // larger encoded images are bad samples
   // Receives the bad-sample warnings. Default: spdlog's default logger.
   std::function<void(const std::string&)> warn;
 
   SamplePipelineOptions& set_transforms(TransformPipeline v) { transforms = std::move(v); return *this; }
   SamplePipelineOptions& set_skip_bad_samples(bool v) { skip_bad_samples = v; return *this; }
+  SamplePipelineOptions& set_exclude_bad_samples(bool v) { exclude_bad_samples = v; return *this; }
   SamplePipelineOptions& set_max_image_pixels(int64_t v) { max_image_pixels = v; return *this; }
   SamplePipelineOptions& set_warn(std::function<void(const std::string&)> v) { warn = std::move(v); return *this; }
 };
@@ -83,9 +87,10 @@ class SamplePipeline {
   // All three stages into a slot of out_height() x out_width() (a fixed-output pipeline); returns the
   // label. Throws stoker::Error naming the sample (its file) when it cannot be loaded.
   int64_t load(int64_t index, uint64_t seed, uint8_t* slot, SampleWork& work);
-  // load() with the bad-sample policy: with skip_bad_samples a sample that fails is counted, named
-  // in a warning and replaced by another (the same one for the same index and seed, whatever the
-  // thread); without it, or when 16 replacements fail too, the error is thrown.
+  // load() with the bad-sample policy: with exclude_bad_samples a sample that fails is counted, named
+  // in a warning, its slot zeroed and kExcludedTarget returned; with skip_bad_samples it is counted,
+  // named and replaced by another (the same one for the same index and seed, whatever the thread);
+  // with neither, or when 16 replacements fail too, the error is thrown.
   int64_t fill(int64_t index, uint64_t seed, uint8_t* slot, SampleWork& work);
 
   // Seconds in read, decode and transform (summed over threads) and the bad samples, since the last call.

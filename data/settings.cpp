@@ -26,7 +26,9 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   l.pin_memory = s.pin_memory;
   l.shard_rank = s.shard_rank;
   l.shard_count = s.shard_count;
-  l.skip_bad_samples = s.on_bad_sample == BadSamples::kSkip;
+  // Training replaces an unreadable sample with another; evaluation leaves it out (and counts it).
+  l.skip_bad_samples = train && s.on_bad_sample == BadSamples::kSkip;
+  l.exclude_bad_samples = !train && s.on_bad_sample == BadSamples::kSkip;
   l.max_image_pixels = s.max_image_pixels;
   l.transforms = train ? s.train_transforms : s.eval_transforms;
   l.mean = s.mean;

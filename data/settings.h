@@ -21,7 +21,7 @@ namespace stoker::data {
 
 // What to do with a sample that cannot be read or decoded.
 enum class BadSamples {
-  kSkip,  // warn, count, and use the next readable sample in its place
+  kSkip,  // warn and count; training uses another readable sample in its place, evaluation leaves it out
   kError  // stop with an error naming the sample
 };
 

@@ -106,6 +106,8 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                       .add("test_loss", r.test.loss)
                       .add("test_top1", r.test.top1)
                       .add("test_top5", r.test.top5)
+                      .add("test_samples", r.test.samples)
+                      .add("test_excluded", r.test.excluded)
                       .add("epoch_seconds", r.seconds)
                       .add("samples_per_s", r.samples_per_s)
                       .add("data_wait", r.data_wait)
@@ -115,7 +117,8 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
                       .add("data_copy_s", r.stages.copy)
                       .add("bad_samples", r.stages.bad_samples)
                       .add("loss_scale", r.loss_scale)
-                      .add("skipped_steps", r.skipped_steps);
+                      .add("skipped_steps", r.skipped_steps)
+                      .add("nonfinite_skips", r.nonfinite_skips);
   const std::string efficiency = add_efficiency(line, r.samples_per_s);
   if (r.ema_test.samples > 0) {
     line.add("ema_test_loss", r.ema_test.loss)
@@ -126,6 +129,16 @@ void MetricsCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
   if (trainer.scaler().enabled()) {
     logger().info("epoch {}: loss scale {:g}, {} optimizer step(s) skipped so far for inf/NaN gradients",
                   r.epoch + 1, r.loss_scale, r.skipped_steps);
+  }
+  if (r.nonfinite_skips > 0) {
+    logger().warn("epoch {}: {} optimizer step(s) skipped for an inf/NaN loss or gradients "
+                  "(train.on_nonfinite: skip)",
+                  r.epoch + 1, r.nonfinite_skips);
+  }
+  if (r.test.excluded > 0) {
+    logger().warn("epoch {}: {} unreadable test sample(s) left out of the evaluation ({} evaluated; see the log "
+                  "for their files)",
+                  r.epoch + 1, r.test.excluded, r.test.samples);
   }
   if (r.stages.bad_samples > 0) {
     logger().warn("epoch {}: {} unreadable sample(s) skipped and replaced (see the log for their files)",
@@ -157,6 +170,7 @@ CheckpointCallback::CheckpointCallback(const std::filesystem::path& folder, Chec
 void CheckpointCallback::save(Trainer& trainer, const char* name) {
   const auto path = folder_ / name;
   trainer.save_checkpoint(path);
+  last_saved_ = SavedCheckpoint{path, trainer.state().step};
   logger().debug("saved {} (epoch {}, batch {}, step {})", path.string(), trainer.state().epoch,
                  trainer.state().batch_in_epoch, trainer.state().step);
 }

@@ -65,10 +65,19 @@ class CheckpointCallback : public Callback {
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
   void on_fit_end(Trainer& trainer, const FitResult& result) override;
 
+  struct SavedCheckpoint {
+    std::filesystem::path path;
+    int64_t step = 0;
+  };
+  // The checkpoint this callback wrote last (every one it wrote held finite weights: see
+  // Trainer::save_checkpoint); nothing before the first.
+  const std::optional<SavedCheckpoint>& last_saved() const { return last_saved_; }
+
  private:
   void save(Trainer& trainer, const char* name);
   std::filesystem::path folder_;
   CheckpointOptions options_;
+  std::optional<SavedCheckpoint> last_saved_;
 };
 
 // train.early_stopping: ends the run (as finished, not interrupted: last.pt is saved as after any

@@ -140,6 +140,8 @@ void visit_train(Config& c, V& v) {
     v.field("start_step", c.train.trace.start_step, at_least(0));
     v.field("steps", c.train.trace.steps, at_least(0));
   });
+  choice(v, "on_nonfinite", c.train.on_nonfinite, {{"stop", OnNonfinite::kStop}, {"skip", OnNonfinite::kSkip}});
+  v.field("max_nonfinite_skips", c.train.max_nonfinite_skips, at_least(1));
   v.section("early_stopping", [&] {
     v.field("metric", c.train.early_stopping.metric, one_of(epoch_metrics()));
     v.field("patience", c.train.early_stopping.patience, at_least(0));
@@ -357,6 +359,53 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
   std::stringstream text;
   text << in.rdbuf();
   return parse_config(text.str(), path.string(), overrides);
+}
+
+namespace {
+
+// Every key of a resolved config's YAML with its value on one line, in order; a list is one value.
+void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (node.IsMap()) {
+    for (const auto& item : node) {
+      const std::string key = item.first.as<std::string>();
+      flatten(item.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out.emplace_back(prefix, e.c_str());
+}
+
+bool breaks_exactness(const std::string& key) {
+  static const std::set<std::string> loader_only = {"data.workers", "data.prefetch_factor", "data.device_prefetch",
+                                                    "data.pin_memory"};
+  static const std::set<std::string> exact = {"optimizer.type", "train.epochs", "train.accumulate_steps",
+                                              "train.effective_batch_size", "train.precision", "run.seed"};
+  auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };
+  if (under("data.")) return loader_only.count(key) == 0;
+  return under("model.") || under("schedule.") || exact.count(key) > 0;
+}
+
+}  // namespace
+
+std::vector<ConfigDifference> config_differences(const Config& before, const Config& after) {
+  std::vector<std::pair<std::string, std::string>> a, b;
+  flatten(YAML::Load(config_to_yaml(before)), "", a);
+  flatten(YAML::Load(config_to_yaml(after)), "", b);
+  const std::map<std::string, std::string> a_by_key(a.begin(), a.end()), b_by_key(b.begin(), b.end());
+  std::vector<ConfigDifference> out;
+  auto add = [&](const std::string& key, const std::string& was, const std::string& is) {
+    if (was != is) out.push_back({key, was, is, breaks_exactness(key)});
+  };
+  for (const auto& [key, value] : a) {
+    const auto it = b_by_key.find(key);
+    add(key, value, it == b_by_key.end() ? "(absent)" : it->second);
+  }
+  for (const auto& [key, value] : b) {
+    if (a_by_key.count(key) == 0) add(key, "(absent)", value);
+  }
+  return out;
 }
 
 std::string config_to_yaml(const Config& config) {

@@ -17,6 +17,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
 namespace stoker {
@@ -75,6 +76,10 @@ struct TrainOptions {
   bool ema_warmup = false;  // timm's EMA warm-up: decay min(ema_decay, 1 - (1 + updates)^(-2/3))
   EarlyStoppingOptions early_stopping;
   TraceOptions trace;
+  // An inf/NaN loss or gradient: stop the run (no checkpoint after it, exit status 1) or skip the
+  // step, up to max_nonfinite_skips steps in a row (trainer/nonfinite.h).
+  OnNonfinite on_nonfinite = OnNonfinite::kStop;
+  int64_t max_nonfinite_skips = 10;
 };
 
 struct CheckpointOptions {
@@ -132,5 +137,19 @@ Config load_config(const std::filesystem::path& path,
 // The resolved configuration as YAML (every key, defaults included). parse_config of the result
 // gives back the same Config.
 std::string config_to_yaml(const Config& config);
+
+// A key whose value differs between two configs (a run resumed with another config).
+struct ConfigDifference {
+  std::string key;            // e.g. "data.train_limit"
+  std::string before, after;  // the values as one-line YAML; "(absent)" when a config lacks the key
+  // Whether the change alters what a resumed run could otherwise continue exactly: the data and
+  // its order (data.* but the loader's worker and buffer counts), the model, the schedule and its
+  // length (schedule.*, train.epochs), the batches per step (train.accumulate_steps,
+  // train.effective_batch_size), optimizer.type, train.precision and run.seed.
+  bool breaks_exactness = false;
+};
+
+// The keys whose values differ between `before` and `after`, in config order.
+std::vector<ConfigDifference> config_differences(const Config& before, const Config& after);
 
 }  // namespace stoker

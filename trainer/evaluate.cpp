@@ -32,32 +32,32 @@ EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&
                           data::BatchSource& loader) {
   torch::NoGradGuard no_grad;
   loader.start_epoch(0);
-  torch::Tensor loss_sum, top1, top5;
-  int64_t samples = 0;
+  // Sums on the device, read once at the end: loss, top-1 and top-5 hits, and samples evaluated.
+  // Excluded samples (target kExcludedTarget: unreadable) count in none of them: the loss ignores
+  // their target and no class index equals it.
+  torch::Tensor sums;
+  int64_t total = 0;
+  const auto sum = torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(data::kExcludedTarget);
   while (std::optional<data::Batch> batch = loader.next()) {
     const torch::Tensor logits = forward(batch->input).to(torch::kFloat32);
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(
-        logits, batch->target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    const torch::Tensor hits1 = count_topk_correct(logits, batch->target, 1);
-    const torch::Tensor hits5 = count_topk_correct(logits, batch->target, 5);
-    if (samples == 0) {
-      loss_sum = loss;
-      top1 = hits1;
-      top5 = hits5;
-    } else {
-      loss_sum += loss;
-      top1 += hits1;
-      top5 += hits5;
-    }
-    samples += batch->size();
+    const torch::Tensor& target = batch->target;
+    const torch::Tensor batch_sums = torch::stack({torch::nn::functional::cross_entropy(logits, target, sum).to(torch::kFloat64),
+                                                   count_topk_correct(logits, target, 1).to(torch::kFloat64),
+                                                   count_topk_correct(logits, target, 5).to(torch::kFloat64),
+                                                   target.ne(data::kExcludedTarget).sum().to(torch::kFloat64)});
+    sums = total == 0 ? batch_sums : sums + batch_sums;
+    total += batch->size();
   }
-  STOKER_CHECK(samples > 0, "the evaluation data gave no batches");
+  STOKER_CHECK(total > 0, "the evaluation data gave no batches");
+  const torch::Tensor s = sums.cpu();
+  const auto n = static_cast<int64_t>(s[3].item<double>());
+  STOKER_CHECK(n > 0, "all {} evaluation samples were unreadable and left out; see the warnings naming them", total);
   EvalResult result;
-  result.samples = samples;
-  const auto n = static_cast<double>(samples);
-  result.loss = loss_sum.item<double>() / n;
-  result.top1 = static_cast<double>(top1.item<int64_t>()) / n;
-  result.top5 = static_cast<double>(top5.item<int64_t>()) / n;
+  result.samples = n;
+  result.excluded = total - n;
+  result.loss = s[0].item<double>() / static_cast<double>(n);
+  result.top1 = s[1].item<double>() / static_cast<double>(n);
+  result.top5 = s[2].item<double>() / static_cast<double>(n);
   return result;
 }
 

@@ -24,7 +24,8 @@ namespace stoker {
 torch::Tensor count_topk_correct(const torch::Tensor& logits, const torch::Tensor& target, int64_t k);
 
 // Runs `forward` under NoGradGuard over one pass of `source` (epoch 0): mean cross-entropy, top-1
-// and top-5. Putting the model in eval mode is the caller's business.
+// and top-5 over the samples whose target is not data::kExcludedTarget, and how many were excluded.
+// Putting the model in eval mode is the caller's business.
 EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                           data::BatchSource& source);
 

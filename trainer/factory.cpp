@@ -28,6 +28,10 @@ TrainerOptions trainer_options(const Config& config, torch::Device device) {
   o.grad_clip_norm = config.train.grad_clip_norm;
   o.cuda_graph = config.train.cuda_graph;
   o.device = device;
+  o.nonfinite = NonfiniteOptions()
+                    .set_on_nonfinite(config.train.on_nonfinite)
+                    .set_max_skips(config.train.max_nonfinite_skips)
+                    .set_check_every_steps(config.train.log_every_steps);
   o.config_yaml = config_to_yaml(config);
   return o;
 }

@@ -213,15 +213,85 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
 }
 
+// Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
+// that break exactness unless allowed; returns one line per difference for the log.
+std::vector<std::string> check_resume_config(const Config& config, const fs::path& checkpoint, bool allow) {
+  const std::string saved_yaml = read_checkpoint_config(checkpoint);
+  if (saved_yaml.empty()) {
+    return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
+  }
+  const Config saved = parse_config(saved_yaml, checkpoint.string() + " (its saved config)");
+  std::vector<std::string> lines, breaking;
+  for (const ConfigDifference& d : config_differences(saved, config)) {
+    lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
+                                d.breaks_exactness ? " (breaks exactness)" : ""));
+    if (d.breaks_exactness) breaking.push_back(fmt::format("{} ({} -> {})", d.key, d.before, d.after));
+  }
+  if (breaking.empty() || allow) return lines;
+  STOKER_FAIL("cannot resume {} with a different {}: {}; the run could not continue exactly as it started. "
+               "Resume with its saved config (leave out --config and those --set), or pass "
+               "--allow-config-change to change them anyway (e.g. --set train.epochs=N "
+               "--allow-config-change to train a finished run further)",
+               checkpoint.string(), breaking.size() == 1 ? "value of this key" : "value of these keys",
+               fmt::join(breaking, ", "));
+}
+
+// The Trainer's report of the first inf/NaN step, with the checkpoint to continue from.
+TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
+                          const std::optional<CheckpointCallback::SavedCheckpoint>& saved,
+                          const std::optional<fs::path>& resumed_from, int64_t resumed_step) {
+  std::optional<fs::path> good;
+  int64_t good_step = 0;
+  if (saved) {
+    good = saved->path;
+    good_step = saved->step;
+  } else if (resumed_from) {
+    good = resumed_from;
+    good_step = resumed_step;
+  }
+  const std::string policy = e.skips_in_a_row() > 0 ? "" : " (train.on_nonfinite: stop)";
+  const std::string after =
+      good ? fmt::format("no checkpoint was written after it; the last good one is {} (step {})", good->string(),
+                         good_step)
+           : std::string("no checkpoint had been written yet");
+  return TrainingDiverged(fmt::format("training diverged: {}{}; {}", e.what(), policy, after), good, good_step,
+                          config.optimizer.lr / 10);
+}
+
+// Loads the checkpoint resumed from (logging the config changes) and saves the resolved config in
+// the run directory; returns the step resumed at (0 for a new run).
+int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<fs::path>& resume_from,
+                        const std::vector<std::string>& config_changes, const fs::path& run_dir) {
+  const std::string resolved = config_to_yaml(config);
+  logger().debug("resolved config:\n{}", resolved);
+  if (!resume_from) {
+    write_file_atomically(run_dir / "config.yaml", resolved);
+    return 0;
+  }
+  trainer.load_checkpoint(*resume_from);
+  for (const std::string& line : config_changes) logger().warn("{}", line);
+  logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(), trainer.state().epoch + 1,
+                trainer.state().batch_in_epoch, trainer.state().step);
+  // Keep the first run's config; record the one this part ran with.
+  const fs::path first = run_dir / "config.yaml";
+  const fs::path resumed = run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
+  write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  return trainer.state().step;
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
   const Config& config = request.config;
   // Everything that can be checked is checked before the run directory is made.
+  std::optional<fs::path> resume_from;
+  std::vector<std::string> config_changes;
+  if (request.resume) {
+    resume_from = resolve_checkpoint(*request.resume);
+    config_changes = check_resume_config(config, *resume_from, request.allow_config_change);
+  }
   TrainingSetup setup = make_training(config);
   Trainer& trainer = *setup.trainer;
-  std::optional<fs::path> resume_from;
-  if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
   TrainOutcome outcome;
   outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
@@ -229,19 +299,7 @@ TrainOutcome run_training(const TrainRequest& request) {
                "the run directory {} is not writable", outcome.run_dir.string());
   attach_log_file(outcome.run_dir / "train.log");
 
-  const std::string resolved = config_to_yaml(config);
-  if (resume_from) {
-    trainer.load_checkpoint(*resume_from);
-    logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(),
-                  trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step);
-    // Keep the first run's config; record the one this part ran with.
-    const fs::path first = outcome.run_dir / "config.yaml";
-    const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
-    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
-  } else {
-    write_file_atomically(outcome.run_dir / "config.yaml", resolved);
-  }
-  logger().debug("resolved config:\n{}", resolved);
+  const int64_t resumed_step = start_or_resume(trainer, config, resume_from, config_changes, outcome.run_dir);
 
   if (!fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
 
@@ -253,17 +311,23 @@ TrainOutcome run_training(const TrainRequest& request) {
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   add_logging_callbacks(trainer, config, outcome.run_dir, request.live_progress, efficiency, telemetry);
-  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
+  auto checkpoints = std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint);
+  trainer.add_callback(checkpoints);
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
   }
   trainer.add_callback(std::make_shared<TraceCallback>(outcome.run_dir / "trace.json", config.train.trace));
 
   if (trainer.state().epoch >= config.train.epochs) {
-    logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
+    logger().info("the run already finished {} epoch(s); raise train.epochs to train further "
+                  "(--set train.epochs=N --allow-config-change)",
                   trainer.state().epoch);
   }
-  outcome.fit = trainer.fit();
+  try {
+    outcome.fit = trainer.fit();
+  } catch (const NonfiniteError& e) {
+    throw diverged(e, config, checkpoints->last_saved(), resume_from, resumed_step);
+  }
   outcome.state = trainer.state();
   if (!outcome.fit.epochs.empty()) {
     outcome.final_test = outcome.fit.epochs.back().test;

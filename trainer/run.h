@@ -10,6 +10,7 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
 
+#include "common/error.h"
 #include "data/loader.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
@@ -18,7 +19,11 @@ namespace stoker {
 
 struct TrainRequest {
   Config config;
-  std::optional<std::filesystem::path> resume;  // a run directory or a checkpoint file
+  // A run directory or a checkpoint file to continue. `config` is compared with the config saved in
+  // the checkpoint: every difference is logged, and one that breaks exactness (see
+  // ConfigDifference) is refused with a stoker::Error listing them unless `allow_config_change`.
+  std::optional<std::filesystem::path> resume;
+  bool allow_config_change = false;
   bool live_progress = false;                   // a redrawn bar (terminals) or plain lines
 };
 
@@ -30,6 +35,20 @@ struct TrainOutcome {
   EvalResult final_ema_test;  // the same with the EMA of the weights; samples == 0 without one
 };
 
+// Training diverged (train.on_nonfinite): the first inf/NaN step as the Trainer reported it, the last
+// checkpoint of the run holding finite weights (none when nothing was saved yet) and a lower
+// optimizer.lr to continue from it with.
+class TrainingDiverged : public Error {
+ public:
+  TrainingDiverged(const std::string& message, std::optional<std::filesystem::path> last_good, int64_t last_good_step,
+                   double lower_lr)
+      : Error(message), last_good(std::move(last_good)), last_good_step(last_good_step), lower_lr(lower_lr) {}
+  std::optional<std::filesystem::path> last_good;
+  int64_t last_good_step = 0;
+  double lower_lr = 0;  // optimizer.lr / 10
+};
+
+// Throws TrainingDiverged when the loss, gradients or weights become inf/NaN (train.on_nonfinite).
 TrainOutcome run_training(const TrainRequest& request);
 
 // "auto" picks CUDA when available, else the CPU; "cuda"/"cuda:N" without CUDA is an error.

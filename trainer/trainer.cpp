@@ -29,6 +29,9 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
 // Why the step cannot be a CUDA graph here, or nothing when it can.
 std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer) {
   if (o.accumulate_steps != 1) return "it does not support gradient accumulation (train.accumulate_steps > 1)";
+  if (o.nonfinite.on_nonfinite == OnNonfinite::kSkip) {
+    return "train.on_nonfinite: skip decides on the host, step by step, whether to update (use stop)";
+  }
   auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer);
   if (amp == nullptr || !amp->capturable()) return "it needs optimizer.implementation: fused (or auto)";
   return "";
@@ -81,6 +84,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   STOKER_CHECK(options_.accumulate_steps >= 1, "Trainer: TrainerOptions::accumulate_steps must be >= 1, got {}",
                options_.accumulate_steps);
   check_model_placement(module(), options_);
+  watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
   precision_summary_ = apply_global_precision(options_.precision);
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
@@ -144,6 +148,12 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 }
 
 void Trainer::apply_update() {
+  // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
+  if (!scaler_->enabled()) watch_->note_gradients(params_);
+  if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
+    restore_buffers();
+    return;
+  }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
     clip_grad_norm(params_, options_.grad_clip_norm);
@@ -160,6 +170,7 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
     logits = forward(input);
   }
   torch::Tensor loss = compute_loss(logits, target);
+  watch_->note_loss(loss);
   {
     trace::Scope traced("backward");
     backward(loss, accumulate);
@@ -177,12 +188,37 @@ void Trainer::finish_optimizer_step() {
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
+  watch_->end_step(place_);
+  if (watch_->check_due(state_.step)) watch_->check();
 }
 
 void Trainer::optimizer_step() {
+  place_ = StepPlace{state_.step + 1, state_.epoch, state_.batch_in_epoch, lr_at(state_.step)};
   set_learning_rate(*optimizer_, lr_at(state_.step));
   apply_update();
   finish_optimizer_step();
+}
+
+// train.on_nonfinite: skip: the forward passes of a skipped step must not leave inf/NaN in the
+// buffers (BatchNorm's running statistics), so they are copied before the step's first batch (small
+// next to the weights) and put back when it is skipped.
+void Trainer::save_buffers() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers = module().buffers();
+  buffers_before_.resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!buffers_before_[i].defined() || !buffers_before_[i].sizes().equals(buffers[i].sizes())) {
+      buffers_before_[i] = torch::empty_like(buffers[i]);
+    }
+    buffers_before_[i].copy_(buffers[i]);
+  }
+}
+
+void Trainer::restore_buffers() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers = module().buffers();
+  if (buffers.size() != buffers_before_.size()) return;  // optimizer_step() called outside train_step
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_before_[i]);
 }
 
 torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) {
@@ -193,6 +229,7 @@ torch::Tensor Trainer::eager_step(const data::Batch& batch, int64_t accumulate) 
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
   }
+  if (watch_->skipping() && micro_batches_ == 0) save_buffers();
   const bool last = ++micro_batches_ >= accumulate;
   if (last) set_learning_rate(*optimizer_, lr_at(state_.step));
   torch::Tensor loss = step_function(batch.input, batch.target, accumulate, last);
@@ -221,6 +258,7 @@ std::optional<torch::Tensor> Trainer::graphed_step(const data::Batch& batch) {
 }
 
 torch::Tensor Trainer::train_step(const data::Batch& batch) {
+  place_ = StepPlace{state_.step + 1, state_.epoch, batch.index, lr_at(state_.step)};
   if (std::optional<torch::Tensor> loss = graphed_step(batch)) return *loss;
   // The group of accumulate_steps batches this one belongs to; the epoch's last group may be shorter.
   const int64_t n = options_.accumulate_steps;
@@ -252,8 +290,10 @@ EvalResult Trainer::evaluate_ema() {
 void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   const int64_t batches = train_->num_batches();
   const double start = now_s();
+  // The mean training loss is over the batches whose loss was finite (train.on_nonfinite: skip).
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(options_.device));
-  int64_t loss_count = 0, samples = 0;
+  torch::Tensor loss_count = torch::zeros({}, torch::TensorOptions().device(options_.device));
+  int64_t samples = 0;
   double data_seconds = 0;
   idle_->new_epoch();
   while (true) {
@@ -274,8 +314,8 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.optimizer_step = state_.step != steps_before;
     // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
     if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;
-    loss_sum += info.loss;
-    ++loss_count;
+    loss_sum += info.loss.nan_to_num(0.0, 0.0, 0.0);
+    loss_count += info.loss.isfinite();
     samples += batch->size();
     data_seconds += t1 - t0;
     info.epoch = epoch;
@@ -291,9 +331,12 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
       return;
     }
   }
+  watch_->check();  // before anything evaluates or saves the weights
   const double seconds = now_s() - start;
   er.epoch = epoch;
-  er.train_loss = loss_count ? loss_sum.item<double>() / static_cast<double>(loss_count) : NAN;
+  er.nonfinite_skips = watch_->take_skips();
+  const double counted = loss_count.item<double>();
+  er.train_loss = counted > 0 ? loss_sum.item<double>() / counted : NAN;
   er.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
   er.data_wait = seconds > 0 ? data_seconds / seconds : 0;
   er.stages = train_->take_times();
@@ -355,7 +398,27 @@ std::vector<CheckpointPart> Trainer::checkpoint_parts() {
   return parts;
 }
 
+void Trainer::check_finite() { watch_->check(); }
+
+void Trainer::check_weights_finite() {
+  std::vector<torch::Tensor> weights = module().parameters();
+  if (ema_) {
+    for (const auto& [name, tensor] : ema_->named_tensors()) weights.push_back(tensor);
+  }
+  if (nonfinite_flag(weights, options_.device).item<float>() == 0) return;
+  // The last step taken did it (its losses and gradients were finite, or check_finite had thrown).
+  const StepPlace here = place_.step == state_.step
+                             ? place_
+                             : StepPlace{state_.step, state_.epoch, state_.batch_in_epoch, lr_at(state_.step)};
+  throw NonfiniteError(fmt::format("the weights{} became inf or NaN at step {} (epoch {}, batch {}) with learning "
+                                   "rate {:g}: its update overflowed, although its loss and gradients were finite",
+                                   ema_ ? " (or their EMA)" : "", here.step, here.epoch + 1, here.batch + 1, here.lr),
+                       "the weights", here, 0);
+}
+
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
+  check_finite();
+  check_weights_finite();
   CheckpointContent content;
   content.state = state_;
   content.config_yaml = options_.config_yaml;

@@ -33,6 +33,7 @@
 #include "optim/ema.h"
 #include "optim/grad_scaler.h"
 #include "trainer/checkpoint.h"
+#include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
 namespace stoker {
@@ -57,7 +58,8 @@ struct EvalResult {
   double loss = 0;  // mean cross-entropy (no label smoothing)
   double top1 = 0;  // fraction correct
   double top5 = 0;  // fraction with the target among the 5 highest logits (all, with <= 5 classes)
-  int64_t samples = 0;  // 0: not evaluated
+  int64_t samples = 0;  // the samples evaluated; 0: not evaluated
+  int64_t excluded = 0;  // unreadable samples left out (data.on_bad_sample: skip), not in `samples`
 };
 
 struct EpochResult {
@@ -73,6 +75,8 @@ struct EpochResult {
   // because of inf/NaN gradients (0 and 1 without loss scaling).
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;
+  // train.on_nonfinite: skip: optimizer steps of this epoch skipped for an inf/NaN loss or gradients.
+  int64_t nonfinite_skips = 0;
 };
 
 struct FitResult {
@@ -91,6 +95,8 @@ struct TrainerOptions {
   double grad_clip_norm = 0.0;   // clip gradients to this global L2 norm; 0 = off
   bool cuda_graph = false;       // capture the step as a CUDA graph (see CudaGraphStep)
   torch::Device device = torch::kCPU;
+  // What an inf/NaN loss, gradient or weight does: stop the run (default) or skip the step.
+  NonfiniteOptions nonfinite;
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
@@ -170,7 +176,13 @@ class Trainer {
   void request_finish() { finish_requested_.store(true); }
   bool finish_requested() const { return finish_requested_.load(); }
 
+  // train.on_nonfinite: stop: reads the steps' inf/NaN flags kept since the last read and throws a
+  // NonfiniteError naming the first non-finite step (fit() calls it at the logging interval, at the
+  // end of each epoch and before every checkpoint).
+  void check_finite();
+
   // ---- checkpoints ----
+  // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
   void save_checkpoint(const std::filesystem::path& path);
   // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint.
   void load_checkpoint(const std::filesystem::path& path);
@@ -212,6 +224,9 @@ class Trainer {
   std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
   std::vector<CheckpointPart> checkpoint_parts();
+  void check_weights_finite();  // throws NonfiniteError when a weight (or its EMA) is inf/NaN
+  void save_buffers();     // train.on_nonfinite: skip: the module's buffers before a step
+  void restore_buffers();  // and back after a skipped one
 
   TrainerOptions options_;
   torch::nn::AnyModule model_;
@@ -228,6 +243,9 @@ class Trainer {
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step
+  std::unique_ptr<NonfiniteWatch> watch_;
+  StepPlace place_;  // the optimizer step in progress, for the inf/NaN reports
+  std::vector<torch::Tensor> buffers_before_;  // see save_buffers()
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finish_requested_{false};
 };

@@ -251,13 +251,105 @@ TEST(TrainerCli, TrainsStopsOnSignalAndResumes) {
   ASSERT_NE(at, std::string::npos) << output;
   const int stopped_epoch = std::stoi(output.substr(at + 17));
   const Result r = run_trainer("--config " + (data / "r.yaml").string() + " --set train.epochs=" +
-                               std::to_string(stopped_epoch + 1) + " --resume " + run_dir.string());
+                               std::to_string(stopped_epoch + 1) + " --resume " + run_dir.string() +
+                               " --allow-config-change");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming " + (run_dir / "checkpoints/last.pt").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(fmt::format("epochs done:     {0} of {0} ({1} optimizer steps)", stopped_epoch + 1,
                                       (stopped_epoch + 1) * 64)),
             std::string::npos)
       << r.output;
+}
+
+// Starts the trainer with `args` in the background and sends it `sig` once its first metrics line
+// is written; returns its exit status and output, and the run directory.
+Result signal_after_first_metrics(const fs::path& dir, const std::vector<std::string>& args, int sig, fs::path& run_dir) {
+  const std::string log = (dir / "signalled.txt").string();
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<char*> argv{const_cast<char*>(STOKER_TRAINER_BIN)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), 2);
+    execv(STOKER_TRAINER_BIN, argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 3000 && run_dir.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!fs::exists(dir / "runs/cli")) continue;
+    for (const auto& e : fs::directory_iterator(dir / "runs/cli")) {
+      if (fs::exists(e.path() / "metrics.jsonl") && fs::file_size(e.path() / "metrics.jsonl") > 0) run_dir = e.path();
+    }
+  }
+  kill(child, sig);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, stoker::testing::read_bytes(log)};
+}
+
+// Issue #12: resuming continued with the recipe's data and schedule instead of the run's --set
+// values. Now `trainer --resume RUN` continues with the config saved in the checkpoint, and a
+// config that would change the data or the schedule is refused unless --allow-config-change.
+TEST(TrainerCli, SigintStopsAndResumeContinuesWithTheSavedConfig) {
+  TempDir data;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 2048, 64, 28);
+  write_text(data / "r.yaml", tiny_recipe(data.path(), data / "runs", 40));
+  fs::path run_dir;
+  const Result stopped = signal_after_first_metrics(
+      data.path(), {"--config", (data / "r.yaml").string(), "--set", "data.train_limit=1024", "--set", "train.epochs=3"},
+      SIGINT, run_dir);
+  ASSERT_FALSE(run_dir.empty()) << stopped.output;
+  ASSERT_EQ(stopped.exit_code, 130) << stopped.output;
+  EXPECT_CONTAINS(stopped.output, "continue with: trainer --resume " + run_dir.string() + "\n");
+
+  // The printed command finishes the run as it was started: 1024 samples (32 steps) x 3 epochs.
+  const Result resumed = run_trainer("--resume " + run_dir.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_CONTAINS(resumed.output, "epochs done:     3 of 3 (96 optimizer steps)");
+
+  const Result refused = run_trainer("--config " + (data / "r.yaml").string() + " --resume " + run_dir.string());
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_CONTAINS(refused.output, "data.train_limit (1024 -> 0)");
+  EXPECT_CONTAINS(refused.output, "train.epochs (3 -> 40)");
+  EXPECT_CONTAINS(refused.output, "--allow-config-change");
+
+  const Result further = run_trainer("--resume " + run_dir.string() +
+                                     " --set train.epochs=4 --set train.log_every_steps=7 --allow-config-change");
+  EXPECT_EQ(further.exit_code, 0) << further.output;
+  EXPECT_CONTAINS(further.output, "config change on resume: train.epochs: 3 -> 4 (breaks exactness)");
+  EXPECT_CONTAINS(further.output, "config change on resume: train.log_every_steps: 5 -> 7\n");
+  EXPECT_CONTAINS(further.output, "epochs done:     4 of 4 (128 optimizer steps)");
+}
+
+// Issue #12: `--set optimizer.lr=1e6` trained to the end with loss nan, saved NaN weights and
+// exited 0. Now the run stops with exit status 1, names the step, and leaves only finite checkpoints.
+TEST(TrainerCli, DivergenceStopsWithTheStepAndNoNanCheckpoint) {
+  TempDir data;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 640, 64, 12);
+  write_text(data / "r.yaml", tiny_recipe(data.path(), data / "runs", 3));
+  // Checkpoints every 2 steps, so that some are written before the loss becomes NaN (step 6 here).
+  const Result r =
+      run_trainer("--config " + (data / "r.yaml").string() + " --set optimizer.lr=1e6 --set checkpoint.every_steps=2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "the last good one is ");
+  EXPECT_CONTAINS(r.output, "training diverged: ");
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("became inf or NaN at step [0-9]+ \\(epoch [0-9]+, batch [0-9]+\\) "
+                                                     "with learning rate"))) << r.output;
+  EXPECT_CONTAINS(r.output, "with a lower learning rate: trainer ");
+  EXPECT_CONTAINS(r.output, "--set optimizer.lr=100000");
+  int checked = 0;
+  for (const auto& run : fs::directory_iterator(data / "runs/cli")) {
+    for (const char* name : {"last.pt", "best.pt"}) {
+      const fs::path checkpoint = run.path() / "checkpoints" / name;
+      if (!fs::exists(checkpoint)) continue;
+      const Result e = run_trainer("eval --config " + (data / "r.yaml").string() + " --checkpoint " + checkpoint.string());
+      EXPECT_EQ(e.exit_code, 0) << e.output;
+      EXPECT_EQ(e.output.find("nan"), std::string::npos) << checkpoint << ":\n" << e.output;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 1) << "no checkpoint was written before the divergence:\n" << r.output;
 }
 
 // ---- eval and predict, on one tiny run with an EMA --------------------------------------------------

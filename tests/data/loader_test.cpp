@@ -292,6 +292,35 @@ TEST(Loader, BadSamplesAreSkippedCountedAndReplaced) {
   EXPECT_NE(warnings[0].find("file-13.png"), std::string::npos) << warnings[0];
 }
 
+// An evaluation loader leaves an unreadable sample out instead of replacing it: zero pixels, target
+// kExcludedTarget, counted and named; the other samples are where they would be.
+TEST(Loader, BadSamplesOfAnEvaluationLoaderAreExcludedAndCounted) {
+  LoaderOptions o = plain(4);
+  o.shuffle = false;
+  o.workers = 2;
+  o.exclude_bad_samples = true;
+  o.warn = [](const std::string&) {};
+  Loader loader(std::make_shared<FlakyDataset>(counting(40, 3), 13), o);
+  const auto batches = epoch_of(loader, 0);
+  o.exclude_bad_samples = false;
+  Loader clean(counting(40, 3), o);
+  const auto expected = epoch_of(clean, 0);
+  ASSERT_EQ(batches.size(), 10u);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (int64_t slot = 0; slot < 4; ++slot) {
+      if (b == 3 && slot == 1) {
+        EXPECT_EQ(batches[b].target[slot].item<int64_t>(), kExcludedTarget);
+        EXPECT_EQ(batches[b].input[slot].abs().sum().item<double>(), 0.0);
+      } else {
+        EXPECT_EQ(batches[b].target[slot].item<int64_t>(), expected[b].target[slot].item<int64_t>());
+        EXPECT_TRUE(torch::equal(batches[b].input[slot], expected[b].input[slot])) << b << " " << slot;
+      }
+    }
+  }
+  EXPECT_EQ(loader.take_times().bad_samples, 1);
+  EXPECT_EQ(loader.bad_samples(), std::vector<std::string>{"file-13.png"});
+}
+
 TEST(Loader, TimesEachStage) {
   LoaderOptions o = plain(8);
   o.workers = 1;

@@ -1,5 +1,7 @@
 #include "trainer/checkpoint.h"
 
+#include <sys/resource.h>
+#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +148,44 @@ TEST(Checkpoint, ProcessKilledMidWriteLeavesThePreviousCheckpointLoadable) {
   // The next save replaces the file despite the stale temporary.
   save_checkpoint(path, *a.model.ptr(), *a.optimizer, CheckpointContent{{2, 0, 20, 0.6, 1}, ""});
   EXPECT_EQ(load_checkpoint(path, *b.model.ptr(), nullptr, torch::kCPU).state.step, 20);
+}
+
+// A write that fails part-way (a file size limit, as `ulimit -f` sets: the write gets EFBIG) is a
+// clear error naming the file, and the previous checkpoint stays loadable.
+TEST(Checkpoint, WriteFailingPartWayIsAClearErrorAndKeepsThePreviousCheckpoint) {
+  TempDir dir;
+  const fs::path path = dir / "last.pt";
+  Parts a = make_parts(1, {16, 32});
+  save_checkpoint(path, *a.model.ptr(), *a.optimizer, CheckpointContent{{1, 0, 10, 0.5, 0}, ""});
+  const auto saved = snapshot(*a.model.ptr());
+  const std::string bytes =
+      serialize_checkpoint(*a.model.ptr(), *a.optimizer, CheckpointContent{{2, 0, 20, 0.6, 1}, ""});
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // else the process is killed instead of the write failing
+    const rlimit limit{bytes.size() / 2, bytes.size() / 2};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(3);
+    try {
+      save_checkpoint(path, *a.model.ptr(), *a.optimizer, CheckpointContent{{2, 0, 20, 0.6, 1}, ""});
+    } catch (const Error& e) {
+      stoker::testing::write_bytes(dir / "error.txt", e.what());
+      _exit(42);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "the write did not fail as an error";
+  const std::string error = stoker::testing::read_bytes(dir / "error.txt");
+  EXPECT_CONTAINS(error, "writing " + path.string() + ".tmp-");
+  EXPECT_CONTAINS(error, "File too large");
+  Parts b = make_parts(3, {16, 32});
+  EXPECT_EQ(load_checkpoint(path, *b.model.ptr(), b.optimizer.get(), torch::kCPU).state.step, 10);
+  EXPECT_TRUE(same(snapshot(*b.model.ptr()), saved));
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_TRUE(entry.path().filename() == "last.pt" || entry.path().filename() == "error.txt") << entry.path();
+  }
 }
 
 TEST(Checkpoint, TruncatedOrForeignFilesGiveClearErrors) {

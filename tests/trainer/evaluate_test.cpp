@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "data/transform_options.h"
 #include "test_util.h"
 #include "trainer/run.h"
 #include "models/state_dict.h"
@@ -47,6 +48,98 @@ TEST(Evaluate, EpochMetricsByName) {
   EXPECT_TRUE(higher_is_better("ema_test_top1"));
   EXPECT_FALSE(higher_is_better("ema_test_loss"));
   EXPECT_FALSE(higher_is_better("test_loss"));
+}
+
+// Hand-made batches; their inputs are the logits (evaluated with the identity as the model).
+class FixedBatches : public data::BatchSource {
+ public:
+  explicit FixedBatches(std::vector<data::Batch> batches) : batches_(std::move(batches)) {}
+  int64_t num_batches() const override { return static_cast<int64_t>(batches_.size()); }
+  int64_t num_samples() const override {
+    int64_t n = 0;
+    for (const auto& b : batches_) n += b.size();
+    return n;
+  }
+  int64_t channels() const override { return 1; }
+  int64_t out_height() const override { return 1; }
+  int64_t out_width() const override { return 1; }
+  void start_epoch(int64_t, int64_t first_batch) override { next_ = static_cast<size_t>(first_batch); }
+  std::optional<data::Batch> next() override {
+    if (next_ >= batches_.size()) return std::nullopt;
+    return batches_[next_++];
+  }
+
+ private:
+  std::vector<data::Batch> batches_;
+  size_t next_ = 0;
+};
+
+data::Batch batch_of(const torch::Tensor& logits, std::vector<int64_t> target) {
+  data::Batch b;
+  b.input = logits;
+  b.target = torch::tensor(target, torch::kInt64);
+  return b;
+}
+
+// Samples with target kExcludedTarget (unreadable) count in no metric: the result equals an
+// evaluation of the other samples alone, and says how many were left out.
+TEST(Evaluate, ExcludedSamplesCountInNoMetric) {
+  torch::manual_seed(5);
+  const torch::Tensor logits = torch::randn({6, 7});
+  const int64_t x = data::kExcludedTarget;
+  FixedBatches with_excluded({batch_of(logits.slice(0, 0, 3), {2, x, 4}), batch_of(logits.slice(0, 3, 6), {0, x, 3})});
+  FixedBatches readable({batch_of(logits.index({torch::tensor({0, 2, 3, 5})}), {2, 4, 0, 3})});
+  const auto identity = [](const torch::Tensor& t) { return t; };
+  const EvalResult r = evaluate_model(identity, with_excluded);
+  const EvalResult expected = evaluate_model(identity, readable);
+  EXPECT_EQ(r.samples, 4);
+  EXPECT_EQ(r.excluded, 2);
+  EXPECT_EQ(expected.excluded, 0);
+  EXPECT_NEAR(r.loss, expected.loss, 1e-6);
+  EXPECT_EQ(r.top1, expected.top1);
+  EXPECT_EQ(r.top5, expected.top5);
+  FixedBatches none_readable({batch_of(logits.slice(0, 0, 2), {x, x})});
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { evaluate_model(identity, none_readable); }),
+                  "all 2 evaluation samples were unreadable");
+}
+
+// An image folder whose test split has broken files: training and `trainer eval` evaluate the
+// readable test images only and report how many were left out.
+TEST(Evaluate, UnreadableTestImagesAreLeftOutAndCounted) {
+  stoker::testing::TempDir data, runs;
+  for (int c = 0; c < 2; ++c) {
+    for (const char* split : {"train", "val"}) {
+      const fs::path folder = data / split / ("class" + std::to_string(c));
+      fs::create_directories(folder);
+      for (int i = 0; i < 8; ++i) {
+        stoker::testing::write_png(folder / (std::to_string(i) + ".png"), 16, 16, 3,
+                                   std::vector<uint8_t>(16 * 16 * 3, static_cast<uint8_t>(40 + 160 * c)));
+      }
+    }
+  }
+  stoker::testing::write_bytes(data / "val/class0/broken.png", "\x89PNG\r\n\x1a\nnot really");
+  stoker::testing::write_bytes(data / "val/class1/empty.jpg", "");
+  TrainRequest request;
+  request.config = stoker::testing::tiny_config(data.path(), runs.path());
+  Config& c = request.config;
+  c.data.dataset = data::dataset_type_options("image_folder");
+  c.data.num_classes = 2;
+  c.data.batch_size = 8;
+  c.data.mean = {0.5, 0.5, 0.5};
+  c.data.std = {0.25, 0.25, 0.25};
+  c.data.train_transforms = {data::make_transform("center_crop")};
+  c.data.train_transforms[0].as<data::CenterCropOptions>().size = 16;
+  c.data.eval_transforms = c.data.train_transforms;
+  c.train.epochs = 1;
+  const TrainOutcome out = run_training(request);
+  EXPECT_EQ(out.final_test.samples, 16);
+  EXPECT_EQ(out.final_test.excluded, 2);
+  const std::string metrics = stoker::testing::read_bytes(out.run_dir / "metrics.jsonl");
+  EXPECT_CONTAINS(metrics, "\"test_samples\":16,\"test_excluded\":2");
+  const CheckpointEvaluation eval = evaluate_checkpoint(c, out.run_dir / "checkpoints" / "last.pt");
+  EXPECT_EQ(eval.model.samples, 16);
+  EXPECT_EQ(eval.model.excluded, 2);
+  EXPECT_NEAR(eval.model.loss, out.final_test.loss, 1e-6);
 }
 
 // `trainer eval` and `trainer predict` evaluate a checkpoint as its run did, in every precision

@@ -187,9 +187,10 @@ TEST_F(TrainerTest, ResumeFromRunDirectoryAddsEpochs) {
   request.config.train.epochs = 2;
   const TrainOutcome first = run_training(request);
   ASSERT_EQ(first.state.epoch, 2);
-
-  request.config.train.epochs = 3;
+  request.config.train.epochs = 3;  // a longer schedule: refused unless allowed
   request.resume = first.run_dir;
+  EXPECT_THROW(run_training(request), Error);
+  request.allow_config_change = true;
   const TrainOutcome second = run_training(request);
   EXPECT_EQ(second.run_dir, first.run_dir);
   EXPECT_EQ(second.state.epoch, 3);
