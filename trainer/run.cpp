@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
+#include "trainer/distributed.h"
 #include "optim/schedule.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
@@ -190,18 +191,24 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
-  const Config& config = request.config;
+  Config config = request.config;
+  // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
+  const Distributed distributed = start_distributed(config);
+  const bool writes = distributed.writes();  // only rank 0 writes the run directory
   // Everything that can be checked is checked before the run directory is made.
-  TrainingSetup setup = make_training(config);
+  TrainingSetup setup = make_training(config, distributed);
   Trainer& trainer = *setup.trainer;
   std::optional<fs::path> resume_from;
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
   TrainOutcome outcome;
-  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
-  STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
-               "the run directory {} is not writable", outcome.run_dir.string());
-  attach_log_file(outcome.run_dir / "train.log");
+  if (resume_from) outcome.run_dir = run_dir_of(*resume_from);
+  if (writes) {
+    if (!resume_from) outcome.run_dir = create_run_dir(config.run);
+    STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
+                 "the run directory {} is not writable", outcome.run_dir.string());
+    attach_log_file(outcome.run_dir / "train.log");
+  }
 
   const std::string resolved = config_to_yaml(config);
   if (resume_from) {
@@ -211,8 +218,8 @@ TrainOutcome run_training(const TrainRequest& request) {
     // Keep the first run's config; record the one this part ran with.
     const fs::path first = outcome.run_dir / "config.yaml";
     const fs::path resumed = outcome.run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
-    write_file_atomically(fs::exists(first) ? resumed : first, resolved);
-  } else {
+    if (writes) write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  } else if (writes) {
     write_file_atomically(outcome.run_dir / "config.yaml", resolved);
   }
   logger().debug("resolved config:\n{}", resolved);
@@ -220,9 +227,11 @@ TrainOutcome run_training(const TrainRequest& request) {
   log_run_start(config, setup, outcome.run_dir);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
-  trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
-                                                         request.live_progress, config.train.log_every_steps));
-  trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
+  if (writes) {
+    trainer.add_callback(std::make_shared<MetricsCallback>(outcome.run_dir / "metrics.jsonl",
+                                                           request.live_progress, config.train.log_every_steps));
+    trainer.add_callback(std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint));
+  }
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
   }
