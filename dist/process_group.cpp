@@ -116,7 +116,8 @@ class ReducerDataParallel final : public DataParallel {
                                                o.bucket_bytes, /*find_unused_parameters=*/false,
                                                /*gradient_as_bucket_view=*/false, std::move(names),
                                                o.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
-                                               /*use_python_reducer=*/false, /*bucket_bytes_cap_list=*/{});
+                                               /*use_python_reducer=*/false,
+                                               /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
   }
 
   int64_t rank() const override { return group_->getRank(); }
