@@ -29,13 +29,24 @@ namespace {
 using BackendType = c10d::ProcessGroup::BackendType;
 using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
 
-// Runs `f`, turning c10d's errors into a stoker::Error that says what was being done.
+// Whether a collective's error says that the connection to a peer was lost or timed out.
+bool lost_peer(const std::string& message) {
+  for (const char* sign : {"Connection reset", "Connection closed", "Broken pipe", "imed out", "Timeout"}) {
+    if (message.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Runs `f`, turning c10d's and gloo's errors into a stoker::Error that says what was being done.
 template <typename F>
 auto guarded(const std::string& what, F f) -> decltype(f()) {
   try {
     return f();
-  } catch (const c10::Error& e) {
-    STOKER_FAIL("distributed training: {} failed: {}", what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    const std::string first = message.substr(0, message.find('\n'));
+    STOKER_FAIL("distributed training: {} failed ({}){}", what, first,
+                lost_peer(first) ? "; another rank has probably stopped or died first: its output says why" : "");
   }
 }
 

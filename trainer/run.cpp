@@ -188,6 +188,29 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
 }
 
+// Under a launcher, a collective that fails with a lost connection or a time-out means, almost
+// always, that another rank stopped or died first: say so, with the collective's own first line.
+template <typename F>
+auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
+  if (!d.group) return f();
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const std::string first = what.substr(0, what.find('\n'));
+    bool lost = false;
+    for (const char* sign : {"Connection reset", "Connection closed", "Broken pipe", "imed out", "Timeout"}) {
+      lost = lost || first.find(sign) != std::string::npos;
+    }
+    if (!lost) throw;
+    STOKER_FAIL("rank {} of {}: a collective operation failed ({}); another rank has probably stopped or "
+                "died first: its output says why",
+                d.rank(), d.world_size(), first);
+  }
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
@@ -240,7 +263,7 @@ TrainOutcome run_training(const TrainRequest& request) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further",
                   trainer.state().epoch);
   }
-  outcome.fit = trainer.fit();
+  outcome.fit = naming_peers(distributed, [&] { return trainer.fit(); });
   outcome.state = trainer.state();
   if (!outcome.fit.epochs.empty()) {
     outcome.final_test = outcome.fit.epochs.back().test;

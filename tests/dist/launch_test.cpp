@@ -72,7 +72,9 @@ TEST(Launch, NodelistForms) {
   EXPECT_EQ(expand_nodelist("node7"), (std::vector<std::string>{"node7"}));
   EXPECT_EQ(expand_nodelist("node[01-04],gpu7"),
             (std::vector<std::string>{"node01", "node02", "node03", "node04", "gpu7"}));
-  EXPECT_EQ(expand_nodelist("a[8-10,3]"), (std::vector<std::string>{"a08", "a09", "a10", "a3"}));
+  // The zero padding is that of the range's start, as Slurm writes it.
+  EXPECT_EQ(expand_nodelist("a[8-10,3]"), (std::vector<std::string>{"a8", "a9", "a10", "a3"}));
+  EXPECT_EQ(expand_nodelist("a[008-010]"), (std::vector<std::string>{"a008", "a009", "a010"}));
   EXPECT_EQ(expand_nodelist("r[1-2]-n[1,3]"),
             (std::vector<std::string>{"r1-n1", "r1-n3", "r2-n1", "r2-n3"}));
   EXPECT_CONTAINS(testing::error_of([] { expand_nodelist("node[01-04"); }), "unclosed");

@@ -13,7 +13,7 @@ TEST(Mlp, PoolsFlattensAndClassifies) {
   MlpOptions o;
   o.hidden = {5, 7};
   o.pool = 2;
-  Mlp net(o, {3, 4});
+  Mlp net(o, ModelShape{3, 4});
   std::vector<std::string> names;
   for (const auto& p : net->named_parameters()) names.push_back(p.key());
   EXPECT_EQ(names, (std::vector<std::string>{"layers.fc0.weight", "layers.fc0.bias", "layers.fc1.weight",

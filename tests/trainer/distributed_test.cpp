@@ -130,15 +130,15 @@ int wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-struct Run {
+struct Ranks {
   std::vector<std::string> logs;
   std::vector<int> exit_codes;
   fs::path run_root;  // <dir>/<name>
 };
 
 // Trains the recipe as `ranks` processes (1: alone, no launcher variables), each given `sets`.
-Run train(const TempDir& dir, const std::string& name, int ranks, const std::vector<std::string>& sets) {
-  Run run;
+Ranks train(const TempDir& dir, const std::string& name, int ranks, const std::vector<std::string>& sets) {
+  Ranks run;
   run.run_root = dir / "runs" / name;
   std::vector<std::string> args = {"--config", (dir / "r.yaml").string(), "--set", "run.name=" + name};
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
@@ -188,8 +188,7 @@ std::string final_test_line(const std::string& log) {
 // No batch normalisation (mlp), no augmentation, no dropout: the gradient of a global batch is the
 // same however it is split, so two ranks with half batches must end where one process ends.
 // Tolerance: 2e-5 absolute after 8 SGD steps (float32 sums in another order differ by ~1e-7/step).
-TEST(DistributedTrainer, TwoGlooRanksWithHalfBatchesMatchOneProcess) {
-  TempDir dir;
+void write_recipe(const TempDir& dir) {
   std::ofstream(dir / "r.yaml") << fmt::format(R"(run: {{dir: "{}", device: cpu, threads: 1}}
 data:
   type: synthetic
@@ -206,11 +205,16 @@ train: {{epochs: 2, log_every_steps: 1}}
 checkpoint: {{save_best: false}}
 )",
                                                (dir / "runs").string());
-  const Run one = train(dir, "one", 1, {});
+}
+
+TEST(DistributedTrainer, TwoGlooRanksWithHalfBatchesMatchOneProcess) {
+  TempDir dir;
+  write_recipe(dir);
+  const Ranks one = train(dir, "one", 1, {});
   ASSERT_EQ(one.exit_codes[0], 0) << one.logs[0];
-  const Run two = train(dir, "two", 2, {"data.batch_size=8"});
+  const Ranks two = train(dir, "two", 2, {"data.batch_size=8"});
   for (int r = 0; r < 2; ++r) ASSERT_EQ(two.exit_codes[r], 0) << "rank " << r << ":\n" << two.logs[r];
-  const Run accumulated = train(dir, "acc", 2, {"data.batch_size=4", "train.accumulate_steps=2"});
+  const Ranks accumulated = train(dir, "acc", 2, {"data.batch_size=4", "train.accumulate_steps=2"});
   for (int r = 0; r < 2; ++r) ASSERT_EQ(accumulated.exit_codes[r], 0) << "rank " << r << ":\n" << accumulated.logs[r];
 
   // Rank 0 alone wrote a run directory; rank 1 logged no info lines once it had joined.
@@ -222,7 +226,7 @@ checkpoint: {{save_best: false}}
   EXPECT_EQ(two.logs[1].find("distributed: rank 1"), std::string::npos) << two.logs[1];
 
   const auto expected = weights(run_dirs(one.run_root).front());
-  for (const Run* run : {&two, &accumulated}) {
+  for (const Ranks* run : {&two, &accumulated}) {
     const auto got = weights(run_dirs(run->run_root).front());
     for (const auto& [name, w] : expected) {
       const double diff = (got.at(name) - w).abs().max().item<double>();
@@ -232,6 +236,40 @@ checkpoint: {{save_best: false}}
     EXPECT_EQ(final_test_line(run->logs[0]), final_test_line(one.logs[0]));
     EXPECT_CONTAINS(final_test_line(run->logs[0]), "(40 samples)");
   }
+}
+
+// A rank killed mid-run: the other stops at its next all-reduce, with an error that says so, well
+// before the process group's 5-minute time-out.
+TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
+  TempDir dir;
+  write_recipe(dir);
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+    pids.push_back(start_trainer({"--config", (dir / "r.yaml").string(), "--set", "train.epochs=100000"}, env,
+                                 dir / fmt::format("rank{}.log", r)));
+  }
+  // Rank 0's metrics show that training runs.
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const fs::path& run : run_dirs(dir / "runs/run")) {
+      training = training || (fs::exists(run / "metrics.jsonl") && fs::file_size(run / "metrics.jsonl") > 0);
+    }
+  }
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[1], nullptr, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  const int code = wait_until(pids[0], killed + std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string log = testing::read_bytes(dir / "rank0.log");
+  ASSERT_TRUE(training) << log;
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_CONTAINS(log, "error: ");
+  EXPECT_CONTAINS(log, "another rank has probably stopped or died first");
 }
 
 }  // namespace
