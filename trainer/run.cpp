@@ -225,9 +225,8 @@ TrainOutcome run_training(const TrainRequest& request) {
   if (request.resume) resume_from = resolve_checkpoint(*request.resume);
 
   TrainOutcome outcome;
-  if (resume_from) outcome.run_dir = run_dir_of(*resume_from);
+  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : writes ? create_run_dir(config.run) : fs::path();
   if (writes) {
-    if (!resume_from) outcome.run_dir = create_run_dir(config.run);
     STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
                  "the run directory {} is not writable", outcome.run_dir.string());
     attach_log_file(outcome.run_dir / "train.log");
