@@ -51,14 +51,15 @@ python_for_venv() {
 }
 
 # The venv was made in "$VENV.partial" and moved: pip wrote that path into the console scripts'
-# first lines (bin/torchrun, bin/pip, ...) and into bin/activate. Point them at the final place
-# (idempotent; also mends venvs made before this fix).
+# first lines (bin/torchrun, bin/pip, ...), and venv its name into bin/activate*. Point them at the
+# final place (idempotent; also mends venvs made before this fix).
 fix_moved_venv() {
-  local files
-  files=$(grep -l -F "$VENV.partial" "$VENV"/bin/* 2>/dev/null || true)
+  local name files
+  name=$(basename "$VENV")
+  files=$(grep -l -F "$name.partial" "$VENV"/bin/* 2>/dev/null || true)
   [ -z "$files" ] && return
   log "libtorch: pointing the venv's scripts at $VENV (they named $VENV.partial)"
-  printf '%s\n' "$files" | while IFS= read -r f; do sed -i "s#$VENV.partial#$VENV#g" "$f"; done
+  printf '%s\n' "$files" | while IFS= read -r f; do sed -i "s#$name\.partial#$name#g" "$f"; done
 }
 
 install_libtorch() {
