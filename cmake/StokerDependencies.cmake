@@ -96,3 +96,31 @@ if(STOKER_BUILD_TESTS)
   find_package(GTest QUIET)
   stoker_require(GTest_FOUND "GoogleTest (or configure with -DSTOKER_BUILD_TESTS=OFF)" "${_apt} libgtest-dev")
 endif()
+
+# ---- distributed training (dist/) ----------------------------------------------------------------
+# dist/process_group.cpp builds on c10d as torch 2.11 ships it: c10d::Reducer's constructor changes
+# between releases (12 arguments in 2.11, 13 on PyTorch's main), so other versions are refused here
+# rather than failing to compile. ProcessGroupGloo.hpp includes gloo's headers, which the torch wheel
+# lacks: Debian's libgloo-dev has them (headers only; the gloo code is inside libtorch_cpu).
+if(Torch_VERSION VERSION_LESS 2.11 OR Torch_VERSION VERSION_GREATER_EQUAL 2.12)
+  message(FATAL_ERROR "Stoker's distributed training (dist/process_group.cpp) is written against "
+    "c10d::Reducer of torch 2.11, but libtorch ${Torch_VERSION} was found at ${Torch_DIR}. Use "
+    "torch==2.11.0 (./stoker.sh build installs it), or adapt the Reducer constructor call in "
+    "dist/process_group.cpp to this version and widen this check.")
+endif()
+find_path(STOKER_GLOO_INCLUDE_DIR gloo/config.h)
+stoker_require(STOKER_GLOO_INCLUDE_DIR "gloo's headers (for c10d's ProcessGroupGloo)" "${_apt} libgloo-dev")
+# NCCL's header comes with the nvidia-nccl wheel that CUDA builds of torch depend on.
+set(STOKER_WITH_NCCL OFF)
+if(STOKER_WITH_CUDA)
+  get_filename_component(_site "${Torch_DIR}/../../../.." ABSOLUTE)  # <site-packages>/torch/share/cmake/Torch
+  file(GLOB _nccl_hints "${_site}/nvidia/*/include" "${_site}/nvidia/*/*/include")
+  find_path(STOKER_NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints})
+  if(STOKER_NCCL_INCLUDE_DIR)
+    set(STOKER_WITH_NCCL ON)
+    message(STATUS "Stoker: NCCL backend ON: nccl.h in ${STOKER_NCCL_INCLUDE_DIR}")
+  else()
+    message(STATUS "Stoker: NCCL backend OFF: nccl.h not found (pip install nvidia-nccl-cu13 into the "
+      "venv); distributed training on CUDA will refuse to start")
+  endif()
+endif()

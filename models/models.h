@@ -5,6 +5,7 @@
 #include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
+#include "models/mlp.h"
 #include "models/pickle.h"
 #include "models/registry.h"
 #include "models/resnet.h"

@@ -7,6 +7,7 @@
 
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
+#include "models/mlp.h"
 #include "models/resnet.h"
 
 namespace stoker::models {
@@ -26,6 +27,7 @@ void add_stoker_models(Registry<ModelType>& r) {
   r.add("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
           return CompactResNet(o, s);
         }));
+  r.add("mlp", model_type<MlpOptions>([](const MlpOptions& o, const ModelShape& s) { return Mlp(o, s); }));
   // torchvision-compatible ResNets (models/resnet.h) and CIFAR ResNets (models/cifar_resnet.h):
   // no keys of their own; the data gives in_channels and num_classes.
   r.add("resnet18", shape_only(&resnet18));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Stoker needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages (compiler, CMake, Ninja, ccache, yaml-cpp, spdlog/fmt, OpenCV core+imgproc,
-#     libjpeg-turbo, libpng, zlib, GoogleTest, the Fashion-MNIST data set);
+#     libjpeg-turbo, libpng, zlib, GoogleTest, gloo's headers for c10d, the Fashion-MNIST data set);
 #   - libtorch (torch==2.11.0 from PyPI) in a virtual environment outside the clone, under
 #     $STOKER_CACHE (default ~/.cache/stoker), reused by every later run.
 # Skips the libtorch install when the user brings their own (Torch_DIR or STOKER_TORCH_DIR set).
@@ -19,7 +19,7 @@ APT_PACKAGES=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
-  libgtest-dev libcli11-dev dataset-fashion-mnist
+  libgtest-dev libcli11-dev libgloo-dev dataset-fashion-mnist
 )
 
 install_debian_packages() {
@@ -50,9 +50,22 @@ python_for_venv() {
   exit 1
 }
 
+# The venv was made in "$VENV.partial" and moved: pip wrote that path into the console scripts'
+# first lines (bin/torchrun, bin/pip, ...), and venv its name into bin/activate*. Point them at the
+# final place (idempotent; also mends venvs made before this fix).
+fix_moved_venv() {
+  local name files
+  name=$(basename "$VENV")
+  files=$(grep -l -F "$name.partial" "$VENV"/bin/* 2>/dev/null || true)
+  [ -z "$files" ] && return
+  log "libtorch: pointing the venv's scripts at $VENV (they named $VENV.partial)"
+  printf '%s\n' "$files" | while IFS= read -r f; do sed -i "s#$name\.partial#$name#g" "$f"; done
+}
+
 install_libtorch() {
   if [ -f "$VENV/.stoker-installed" ] && "$VENV/bin/python" -W ignore -c 'import torch' >/dev/null 2>&1; then
     log "libtorch: torch==$TORCH_VERSION present in $VENV"
+    fix_moved_venv
     return
   fi
   log "libtorch: installing torch==$TORCH_VERSION into $VENV (once; later runs reuse it)"
@@ -65,7 +78,7 @@ install_libtorch() {
   "$tmp/bin/pip" install --quiet --no-cache-dir "torch==$TORCH_VERSION"
   rm -rf "$VENV"
   mv "$tmp" "$VENV"
-  # Only bin/python is used from here on; it works from the moved location.
+  fix_moved_venv
   touch "$VENV/.stoker-installed"
   "$VENV/bin/python" -W ignore -c 'import torch; print("[setup] torch", torch.__version__, "CUDA", torch.version.cuda)' >&2
 }

@@ -58,6 +58,7 @@ void visit_run(Config& c, V& v) {
   v.field("seed", c.run.seed, non_negative());
   v.field("device", c.run.device, matching("auto|cpu|cuda|cuda:[0-9]+", "auto, cpu, cuda or cuda:N"));
   v.field("threads", c.run.threads, at_least(0));
+  v.field("distributed", c.run.distributed, one_of({"auto", "off"}));
 }
 
 template <typename V>

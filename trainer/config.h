@@ -28,6 +28,9 @@ struct RunOptions {
   uint64_t seed = 42;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t threads = 0;          // libtorch intra-op threads; 0 = one per core
+  // Data-parallel training over the processes a launcher started (torchrun, srun; see dist/launch.h):
+  // auto = on when the launcher's environment names a world size > 1; off = train alone regardless.
+  std::string distributed = "auto";
 };
 
 // The data: section is the data layer's own settings struct (data/settings.h).

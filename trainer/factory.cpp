@@ -68,7 +68,8 @@ TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch:
 
 std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule model,
                                       std::shared_ptr<data::BatchSource> train,
-                                      std::shared_ptr<data::BatchSource> eval, torch::Device device) {
+                                      std::shared_ptr<data::BatchSource> eval, torch::Device device,
+                                      std::shared_ptr<dist::ProcessGroup> group) {
   STOKER_CHECK(!model.is_empty(), "make_trainer needs a model");
   STOKER_CHECK(train && train->num_batches() > 0, "make_trainer needs a training source with batches");
   const std::vector<std::string> findings =
@@ -85,6 +86,7 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
   options.class_names = train->class_names();
   const int64_t steps_per_epoch = (train->num_batches() + options.accumulate_steps - 1) / options.accumulate_steps;
   TrainerParts parts = make_parts(config, std::move(model), device, steps_per_epoch);
+  if (group) parts.data_parallel = group->data_parallel(*parts.model.ptr());
   return std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
 }
 
@@ -100,13 +102,19 @@ bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train)
 }
 
 TrainingSetup make_training(const Config& config) {
+  Distributed alone;
+  alone.device = resolve_device(config.run.device);
+  return make_training(config, alone);
+}
+
+TrainingSetup make_training(const Config& config, const Distributed& distributed) {
   TrainingSetup setup;
-  setup.device = resolve_device(config.run.device);
+  setup.device = distributed.device;
   configure_threads(config.run.threads, config.data.workers, setup.device.is_cpu());
   torch::manual_seed(config.run.seed);
   setup.loaders = make_loaders(config, setup.device);
   setup.trainer = make_trainer(config, make_model(config, setup.loaders.in_channels), setup.loaders.train,
-                               setup.loaders.test, setup.device);
+                               setup.loaders.test, setup.device, distributed.group);
   apply_cudnn_benchmark(config, *setup.loaders.train);
   return setup;
 }

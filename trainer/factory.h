@@ -16,7 +16,9 @@
 #include <torch/types.h>
 
 #include "data/batch_source.h"
+#include "dist/process_group.h"
 #include "trainer/config.h"
+#include "trainer/distributed.h"
 #include "trainer/run.h"
 #include "trainer/trainer.h"
 
@@ -36,10 +38,12 @@ TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch:
                         int64_t steps_per_epoch);
 
 // A Trainer for `model` on the given sources, after the sizing checks (findings are logged as
-// warnings; with train.strict_sizes they are one error listing all).
+// warnings; with train.strict_sizes they are one error listing all). With a process `group`, the
+// model's weights are broadcast from rank 0 and its gradients synchronised (TrainerParts::data_parallel).
 std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule model,
                                       std::shared_ptr<data::BatchSource> train,
-                                      std::shared_ptr<data::BatchSource> eval, torch::Device device);
+                                      std::shared_ptr<data::BatchSource> eval, torch::Device device,
+                                      std::shared_ptr<dist::ProcessGroup> group = nullptr);
 
 // Turns cuDNN's autotuner on when train.cudnn_benchmark is set, the device is CUDA and every batch
 // of `train` has the same shape (a fixed-output pipeline); off otherwise. Returns whether it is on.
@@ -53,5 +57,8 @@ struct TrainingSetup {
   std::unique_ptr<Trainer> trainer;
 };
 TrainingSetup make_training(const Config& config);
+// The same for one rank of a data-parallel run (start_distributed in trainer/distributed.h): on the
+// rank's device, its shard of the data (config.data.shard_*), gradients synchronised over the group.
+TrainingSetup make_training(const Config& config, const Distributed& distributed);
 
 }  // namespace stoker

@@ -18,6 +18,7 @@
 #include "models/registry.h"
 #include "trainer/callbacks.h"
 #include "trainer/checkpoint.h"
+#include "trainer/distributed.h"
 #include "optim/schedule.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
@@ -259,13 +260,14 @@ TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
 }
 
 // Loads the checkpoint resumed from (logging the config changes) and saves the resolved config in
-// the run directory; returns the step resumed at (0 for a new run).
+// the run directory (none: a rank that does not write, see Distributed::writes); returns the step
+// resumed at (0 for a new run).
 int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<fs::path>& resume_from,
                         const std::vector<std::string>& config_changes, const fs::path& run_dir) {
   const std::string resolved = config_to_yaml(config);
   logger().debug("resolved config:\n{}", resolved);
   if (!resume_from) {
-    write_file_atomically(run_dir / "config.yaml", resolved);
+    if (!run_dir.empty()) write_file_atomically(run_dir / "config.yaml", resolved);
     return 0;
   }
   trainer.load_checkpoint(*resume_from);
@@ -275,14 +277,40 @@ int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optio
   // Keep the first run's config; record the one this part ran with.
   const fs::path first = run_dir / "config.yaml";
   const fs::path resumed = run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
-  write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  if (!run_dir.empty()) write_file_atomically(fs::exists(first) ? resumed : first, resolved);
   return trainer.state().step;
+}
+
+// Under a launcher, a collective that fails with a lost connection or a time-out means, almost
+// always, that another rank stopped or died first: say so, with the collective's own first line.
+template <typename F>
+auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
+  if (!d.group) return f();
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const std::string first = what.substr(0, what.find('\n'));
+    bool lost = false;
+    for (const char* sign : {"Connection reset", "Connection closed", "Broken pipe", "imed out", "Timeout"}) {
+      lost = lost || first.find(sign) != std::string::npos;
+    }
+    if (!lost) throw;
+    STOKER_FAIL("rank {} of {}: a collective operation failed ({}); another rank has probably stopped or "
+                "died first: its output says why",
+                d.rank(), d.world_size(), first);
+  }
 }
 
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
-  const Config& config = request.config;
+  Config config = request.config;
+  // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
+  const Distributed distributed = start_distributed(config);
+  const bool writes = distributed.writes();  // only rank 0 writes the run directory
   // Everything that can be checked is checked before the run directory is made.
   std::optional<fs::path> resume_from;
   std::vector<std::string> config_changes;
@@ -290,18 +318,20 @@ TrainOutcome run_training(const TrainRequest& request) {
     resume_from = resolve_checkpoint(*request.resume);
     config_changes = check_resume_config(config, *resume_from, request.allow_config_change);
   }
-  TrainingSetup setup = make_training(config);
+  TrainingSetup setup = make_training(config, distributed);
   Trainer& trainer = *setup.trainer;
 
   TrainOutcome outcome;
-  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : create_run_dir(config.run);
-  STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
-               "the run directory {} is not writable", outcome.run_dir.string());
-  attach_log_file(outcome.run_dir / "train.log");
+  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : writes ? create_run_dir(config.run) : fs::path();
+  if (writes) {
+    STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
+                 "the run directory {} is not writable", outcome.run_dir.string());
+    attach_log_file(outcome.run_dir / "train.log");
+  }
 
-  const int64_t resumed_step = start_or_resume(trainer, config, resume_from, config_changes, outcome.run_dir);
-
-  if (!fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
+  const int64_t resumed_step =
+      start_or_resume(trainer, config, resume_from, config_changes, writes ? outcome.run_dir : fs::path());
+  if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
 
   log_run_start(config, setup, outcome.run_dir);
   const Efficiency efficiency = measure_efficiency(config, setup.loaders.train->channels(),
@@ -310,13 +340,16 @@ TrainOutcome run_training(const TrainRequest& request) {
   const std::shared_ptr<TelemetryReading> telemetry = start_run_telemetry(config, setup.device);
 
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
-  add_logging_callbacks(trainer, config, outcome.run_dir, request.live_progress, efficiency, telemetry);
-  auto checkpoints = std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint);
-  trainer.add_callback(checkpoints);
+  std::shared_ptr<CheckpointCallback> checkpoints;
+  if (writes) {
+    add_logging_callbacks(trainer, config, outcome.run_dir, request.live_progress, efficiency, telemetry);
+    checkpoints = std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint);
+    trainer.add_callback(checkpoints);
+  }
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
   }
-  trainer.add_callback(std::make_shared<TraceCallback>(outcome.run_dir / "trace.json", config.train.trace));
+  if (writes) trainer.add_callback(std::make_shared<TraceCallback>(outcome.run_dir / "trace.json", config.train.trace));
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further "
@@ -324,9 +357,11 @@ TrainOutcome run_training(const TrainRequest& request) {
                   trainer.state().epoch);
   }
   try {
-    outcome.fit = trainer.fit();
+    outcome.fit = naming_peers(distributed, [&] { return trainer.fit(); });
   } catch (const NonfiniteError& e) {
-    throw diverged(e, config, checkpoints->last_saved(), resume_from, resumed_step);
+    const std::optional<CheckpointCallback::SavedCheckpoint> saved =
+        checkpoints ? checkpoints->last_saved() : std::optional<CheckpointCallback::SavedCheckpoint>{};
+    throw diverged(e, config, saved, resume_from, resumed_step);
   }
   outcome.state = trainer.state();
   if (!outcome.fit.epochs.empty()) {

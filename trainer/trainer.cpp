@@ -27,7 +27,8 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
 }
 
 // Why the step cannot be a CUDA graph here, or nothing when it can.
-std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer) {
+std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer, bool data_parallel) {
+  if (data_parallel) return "it does not support distributed training yet (the gradient all-reduce runs outside the graph)";
   if (o.accumulate_steps != 1) return "it does not support gradient accumulation (train.accumulate_steps > 1)";
   if (o.nonfinite.on_nonfinite == OnNonfinite::kSkip) {
     return "train.on_nonfinite: skip decides on the host, step by step, whether to update (use stop)";
@@ -55,6 +56,20 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
   }
 }
 
+// The evaluation of all ranks' shards from each rank's: sample-weighted means of the sums.
+EvalResult sum_over_ranks(dist::DataParallel& dp, const EvalResult& mine) {
+  const auto n = static_cast<double>(mine.samples);
+  std::vector<double> sums = {mine.loss * n, mine.top1 * n, mine.top5 * n, n};
+  dp.sum(sums);
+  EvalResult all;
+  all.samples = static_cast<int64_t>(sums[3]);
+  if (all.samples == 0) return all;
+  all.loss = sums[0] / sums[3];
+  all.top1 = sums[1] / sums[3];
+  all.top5 = sums[2] / sums[3];
+  return all;
+}
+
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
@@ -68,6 +83,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       scaler_(std::move(parts.scaler)),
       schedule_(std::move(parts.schedule)),
       ema_(std::move(parts.ema)),
+      data_parallel_(std::move(parts.data_parallel)),
       train_(std::move(train)),
       eval_(std::move(eval)),
       idle_(std::make_unique<GpuIdleMeter>(options_.device)) {
@@ -104,7 +120,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
           return step_function(input, target, 1, /*update=*/true);
         },
         std::move(hooks));
-    const std::string obstacle = graph_obstacle(options_, *optimizer_);
+    const std::string obstacle = graph_obstacle(options_, *optimizer_, data_parallel_ != nullptr);
     if (!obstacle.empty()) graph_->disable(obstacle);
   }
 }
@@ -171,6 +187,9 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
   }
   torch::Tensor loss = compute_loss(logits, target);
   watch_->note_loss(loss);
+  // Data parallel: the batch that ends an optimizer step all-reduces the gradients (mean over the
+  // ranks) while backward runs; accumulation batches keep theirs local (DDP's no_sync).
+  if (data_parallel_) data_parallel_->before_backward(/*sync=*/update);
   {
     trace::Scope traced("backward");
     backward(loss, accumulate);
@@ -270,10 +289,16 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
 // ---- evaluation -----------------------------------------------------------------------------------
 
 EvalResult Trainer::evaluate() {
+  if (data_parallel_) {
+    // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
+    std::vector<torch::Tensor> buffers = module().buffers();
+    data_parallel_->broadcast(buffers);
+  }
   module().eval();
-  const EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
+  EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
   eval_->take_times();  // evaluation's data times are not the training epoch's
   module().train();
+  if (data_parallel_) result = sum_over_ranks(*data_parallel_, result);
   return result;
 }
 

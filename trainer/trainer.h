@@ -30,6 +30,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "data/batch_source.h"
+#include "dist/data_parallel.h"
 #include "optim/ema.h"
 #include "optim/grad_scaler.h"
 #include "trainer/checkpoint.h"
@@ -116,6 +117,9 @@ struct TrainerParts {
   std::unique_ptr<GradScaler> scaler;  // empty: no loss scaling
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
+  // Data-parallel training (dist::ProcessGroup::data_parallel): the last batch of each optimizer
+  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards.
+  std::shared_ptr<dist::DataParallel> data_parallel;  // empty: one process
 };
 
 class Trainer;
@@ -204,6 +208,8 @@ class Trainer {
   int64_t total_steps() const { return steps_per_epoch() * options_.epochs; }
   // The EMA of the weights; nullptr without one.
   ModelEma* ema() { return ema_.get(); }
+  // The data-parallel part; nullptr when training alone.
+  dist::DataParallel* data_parallel() { return data_parallel_.get(); }
   // Whether training steps run as a replayed CUDA graph (after the warm-up steps).
   bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the schedule.
@@ -235,6 +241,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   LrSchedule schedule_;
   std::unique_ptr<ModelEma> ema_;
+  std::shared_ptr<dist::DataParallel> data_parallel_;
   std::shared_ptr<data::BatchSource> train_, eval_;
   std::unique_ptr<CudaGraphStep> graph_;
   std::unique_ptr<GpuIdleMeter> idle_;

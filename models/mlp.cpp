@@ -1,0 +1,41 @@
+// The multilayer perceptron (models/mlp.h).
+#include "models/mlp.h"
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace stoker::models {
+namespace nn = torch::nn;
+
+void MlpOptions::visit(OptionsVisitor& v) {
+  v.field("hidden", hidden, rules::items(rules::at_least(1), 0));
+  v.field("pool", pool, rules::at_least(1));
+}
+
+void MlpOptions::check() const {
+  if (pool < 1) STOKER_FAIL("pool must be at least 1, got {}", pool);
+  for (const int64_t h : hidden) {
+    if (h < 1) STOKER_FAIL("hidden widths must be at least 1, got {}", h);
+  }
+}
+
+MlpImpl::MlpImpl(const MlpOptions& spec, const ModelShape& shape) : pool_(spec.pool) {
+  spec.check();
+  nn::Sequential body;
+  int64_t features = shape.in_channels * spec.pool * spec.pool;
+  for (size_t i = 0; i < spec.hidden.size(); ++i) {
+    body->push_back(fmt::format("fc{}", i), nn::Linear(features, spec.hidden[i]));
+    body->push_back(fmt::format("relu{}", i), nn::ReLU());
+    features = spec.hidden[i];
+  }
+  body->push_back("classifier", nn::Linear(features, shape.num_classes));
+  layers = register_module("layers", body);
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor pooled = torch::adaptive_avg_pool2d(x, {pool_, pool_});
+  return layers->forward(pooled.flatten(1));
+}
+
+}  // namespace stoker::models

@@ -1,0 +1,39 @@
+// A small multilayer perceptron with no batch normalisation and no dropout: the input is average-
+// pooled to `pool` x `pool` per channel, flattened, then passed through `hidden` fully connected
+// layers (ReLU after each) and a linear classifier. Its gradient over a batch is the mean of its
+// per-sample gradients, whatever the batch is split into: the model for checking that data-parallel
+// ranks with half batches train exactly as one process with whole ones (BatchNorm normalises each
+// rank's half on its own), and for quick smoke runs. Registered as `mlp`.
+// Parameter names: `layers.fc<i>` (i = 0.. for the hidden layers), `layers.classifier`.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/registry.h"
+
+namespace stoker::models {
+
+// mlp's own keys (model.hidden, model.pool).
+struct MlpOptions : TypeOptionsOf<MlpOptions> {
+  std::vector<int64_t> hidden{64};  // widths of the hidden layers; [] = a linear classifier
+  int64_t pool = 4;                 // the input is average-pooled to pool x pool first
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
+};
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const MlpOptions& options, const ModelShape& shape);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int64_t pool_ = 4;
+  torch::nn::Sequential layers{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+}  // namespace stoker::models
