@@ -144,7 +144,8 @@ RungResult cached_dataset_rung(const Config& config, Trainer& trainer, std::shar
   cache.max_image_pixels = config.data.max_image_pixels;
   auto cached = std::make_shared<data::CachedDataset>(std::move(dataset), cache);
   context.fill_seconds += cached->fill_seconds();
-  if (level == data::CacheLevel::kDecoded) context.full_decoded_cache_bytes = cached->estimated_full_bytes();
+  (level == data::CacheLevel::kDecoded ? context.full_decoded_cache_bytes : context.full_raw_cache_bytes) =
+      cached->estimated_full_bytes();
   const std::string name = level == data::CacheLevel::kRaw ? "raw-cached" : "decoded-cached";
   STOKER_CHECK(cached->size() >= config.data.batch_size,
                "doctor: the {} cache holds {} samples, fewer than one batch of {}; give the doctor more memory "
@@ -193,6 +194,7 @@ LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
   ctx.cores = std::max(1u, std::thread::hardware_concurrency());
   ctx.torch_threads = torch::get_num_threads();
   ctx.available_bytes = doctor::available_memory_bytes();
+  ctx.threads_follow_workers = config.run.threads == 0;
 
   std::shared_ptr<data::Dataset> dataset = make_dataset(config, "train");
   ctx.dataset_samples = dataset->size();

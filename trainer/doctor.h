@@ -58,6 +58,10 @@ struct LadderContext {
   int64_t torch_threads = 0;    // libtorch's intra-op threads during the ladder
   int64_t dataset_samples = 0;  // samples in the training split
   double full_decoded_cache_bytes = 0;  // what a decoded cache of the whole split would take
+  double full_raw_cache_bytes = 0;      // and a raw one
+  // run.threads: 0 (the default): on the CPU libtorch gets the cores the loader's workers leave, so
+  // each worker added slows the step; with run.threads set, the step keeps its threads.
+  bool threads_follow_workers = true;
   double available_bytes = 0;   // memory available (MemAvailable) when the ladder started
   double fill_seconds = 0;      // time spent filling the caches (not part of any rung)
   // The device-cached rung runs first and again last; the faster is the ceiling, and how far the

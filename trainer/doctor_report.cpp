@@ -65,47 +65,100 @@ void copy_remedy(const LadderContext& c, Diagnosis& d) {
       c.device));
 }
 
-// Workers (or a cache) for a pipeline whose per-sample CPU cost outruns the step.
-void worker_remedy(const LadderContext& c, const RungResult& ceiling, const RungResult& full, Diagnosis& d) {
+// Samples/s predicted with `workers` loader threads on the CPU, where they share the cores with the
+// model: with run.threads 0 each worker takes a core from libtorch (compute slows by the ratio of
+// threads); building a batch takes per_step / workers. 0 workers: the training thread does both.
+double cpu_prediction(const LadderContext& c, double compute, double per_step, int64_t workers) {
+  if (workers == 0) return static_cast<double>(c.batch_size) / (compute + per_step);
+  const double threads = c.threads_follow_workers ? static_cast<double>(std::max<int64_t>(1, c.cores - workers))
+                                                  : static_cast<double>(c.torch_threads);
+  const double step = std::max(compute * static_cast<double>(c.torch_threads) / threads, per_step / workers);
+  return static_cast<double>(c.batch_size) / step;
+}
+
+// The data.workers remedy: on a GPU the count that builds a batch within 90% of a step; on the CPU
+// the count whose predicted samples/s is highest, cores shared.
+void suggest_workers(const LadderContext& c, const RungResult& ceiling, const RungResult& full, double per_step,
+                     Diagnosis& d) {
+  const double compute = 1.0 / ceiling.steps_per_s;
+  const std::string cores = fmt::format("this machine has {} cores", c.cores);
+  if (c.device != "cpu") {
+    const auto needed = static_cast<int64_t>(std::ceil(per_step / (kHeadroom * compute)));
+    if (needed > c.cores) {
+      d.lines.push_back(fmt::format("workers alone cannot keep up: {} would be needed and {}", needed, cores));
+      return;
+    }
+    d.suggested_workers = std::max(needed, c.workers + 1);
+    d.lines.push_back(fmt::format("remedy: raise data.workers to >= {} ({}); predicted: about {:.0f} samples/s, the "
+                                  "device-cached ceiling ({:.2f}x the full rung now)",
+                                  d.suggested_workers, cores, ceiling.samples_per_s,
+                                  ceiling.samples_per_s / std::max(1e-9, full.samples_per_s)));
+    return;
+  }
+  int64_t best = 0;
+  double best_rate = full.samples_per_s;
+  for (int64_t w = 1; w < std::max<int64_t>(2, c.cores); ++w) {
+    const double rate = std::min(cpu_prediction(c, compute, per_step, w), ceiling.samples_per_s);
+    if (rate > best_rate * 1.05) {
+      best = w;
+      best_rate = rate;
+    }
+  }
+  if (best == 0) {
+    d.lines.push_back(fmt::format(
+        "more data.workers would not help on this CPU ({}): each takes a core from the model's {} thread(s), "
+        "and the step slows by more than the batches arrive sooner",
+        cores, c.torch_threads));
+    return;
+  }
+  d.suggested_workers = std::max(best, c.workers + 1);
+  d.lines.push_back(fmt::format("remedy: raise data.workers to >= {} ({}); predicted: about {:.0f} samples/s "
+                                "({:.2f}x the full rung now), the model keeping {} of the cores",
+                                d.suggested_workers, cores, best_rate, best_rate / std::max(1e-9, full.samples_per_s),
+                                c.threads_follow_workers ? std::max<int64_t>(1, c.cores - best) : c.torch_threads));
+}
+
+// The data.cache remedy, predicted by the rung that caches the same stage: raw when storage reads
+// lose most, decoded when decoding does.
+void suggest_cache(const LadderContext& c, const std::vector<RungResult>& rungs, const RungResult& worst,
+                   const RungResult& full, Diagnosis& d) {
+  const bool raw = worst.name == "full";
+  if (!raw && worst.name != "raw-cached") return;
+  const RungResult* cached = find_rung(rungs, raw ? "raw-cached" : "decoded-cached");
+  const double bytes = raw ? c.full_raw_cache_bytes : c.full_decoded_cache_bytes;
+  if (cached == nullptr || cached->samples_per_s < 1.05 * full.samples_per_s || bytes <= 0) return;
+  const std::string level = raw ? "raw" : "decoded";
+  if (bytes < 0.8 * c.available_bytes) {
+    d.lines.push_back(fmt::format(
+        "remedy: data.cache: {} keeps the samples in memory after their first read (needs {}, {} free); the {} rung "
+        "measured {:.0f} samples/s ({:.2f}x the full rung now)",
+        level, gigabytes(bytes), gigabytes(c.available_bytes), cached->name, cached->samples_per_s,
+        cached->samples_per_s / std::max(1e-9, full.samples_per_s)));
+  } else {
+    d.lines.push_back(fmt::format("data.cache: {} would reach the {} rung's {:.0f} samples/s but needs {}, and only {} "
+                                  "is free; reduce the per-sample cost (smaller stored images, cheaper transforms) or "
+                                  "use a machine with more cores",
+                                  level, cached->name, cached->samples_per_s, gigabytes(bytes),
+                                  gigabytes(c.available_bytes)));
+  }
+}
+
+// Workers and caches for a pipeline whose per-sample CPU cost outruns the step.
+void worker_remedy(const LadderContext& c, const std::vector<RungResult>& rungs, const RungResult& worst,
+                   const RungResult& ceiling, const RungResult& full, Diagnosis& d) {
   const data::StageTimes& t = full.stages;
   const double cost = (t.read + t.decode + t.transform) / std::max<double>(1.0, static_cast<double>(full.samples));
-  const double compute = 1.0 / ceiling.steps_per_s;
   const double per_step = cost * static_cast<double>(c.batch_size);
   const int64_t workers = std::max<int64_t>(1, c.workers);
-  const auto needed = static_cast<int64_t>(std::ceil(per_step / (kHeadroom * compute)));
-  // On the CPU the workers share the cores with the model's threads.
-  const int64_t usable = c.device == "cpu" ? c.cores - 1 : c.cores;
-  const std::string speedup = fmt::format("{:.2f}x", ceiling.samples_per_s / std::max(1e-9, full.samples_per_s));
   d.lines.push_back(fmt::format(
       "the input pipeline costs {:.0f} us of CPU per sample (read + decode + transform); at batch {} over {} "
       "worker(s) that is {} per step against {} of compute",
       1e6 * cost, c.batch_size, c.workers == 0 ? "0 (the training thread itself)" : std::to_string(workers),
-      ms(per_step / static_cast<double>(workers)), ms(compute)));
-  if (needed <= std::max<int64_t>(1, usable)) {
-    d.suggested_workers = std::max(needed, c.workers + 1);
-    d.lines.push_back(fmt::format(
-        "remedy: raise data.workers to >= {} (this machine has {} cores); predicted: about {:.0f} samples/s, "
-        "the device-cached ceiling ({} the full rung now)",
-        d.suggested_workers, c.cores, ceiling.samples_per_s, speedup));
-    if (c.device == "cpu") {
-      d.lines.push_back(fmt::format("on the CPU the workers take cores from the model's {} thread(s); "
-                                    "`trainer doctor --tune` measures the trade-off",
-                                    c.torch_threads));
-    }
-    return;
-  }
-  d.lines.push_back(fmt::format("workers alone cannot keep up: {} would be needed and this machine has {} cores",
-                                needed, c.cores));
-  if (c.full_decoded_cache_bytes > 0 && c.full_decoded_cache_bytes < 0.8 * c.available_bytes) {
-    d.lines.push_back(fmt::format(
-        "remedy: cache the decoded samples in memory (data.cache: decoded; needs {}, {} free), which leaves "
-        "transforms only; or reduce the per-sample cost (smaller stored images)",
-        gigabytes(c.full_decoded_cache_bytes), gigabytes(c.available_bytes)));
-  } else {
-    d.lines.push_back(fmt::format(
-        "remedy: reduce the per-sample cost (store smaller images, cheaper transforms) or use a machine with "
-        "more cores; a decoded cache would need {} and {} is free",
-        gigabytes(c.full_decoded_cache_bytes), gigabytes(c.available_bytes)));
+      ms(per_step / static_cast<double>(workers)), ms(1.0 / ceiling.steps_per_s)));
+  suggest_workers(c, ceiling, full, per_step, d);
+  suggest_cache(c, rungs, worst, full, d);
+  if (c.device == "cpu" && d.suggested_workers > 0) {
+    d.lines.push_back("`trainer doctor --tune` measures the worker settings instead of predicting them");
   }
 }
 
@@ -144,7 +197,7 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
   if (worst->name == "host-cached") {
     copy_remedy(c, d);
   } else {
-    worker_remedy(c, *ceiling, *full, d);
+    worker_remedy(c, rungs, *worst, *ceiling, *full, d);
   }
   return d;
 }

@@ -77,7 +77,39 @@ TEST(DoctorDiagnosis, TooFewCoresSuggestsTheDecodedCacheWithItsSize) {
   EXPECT_EQ(d.suggested_workers, -1);
   const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
   EXPECT_CONTAINS(all, "workers alone cannot keep up");
-  EXPECT_CONTAINS(all, "data.cache: decoded; needs 3.8 GB, 20.0 GB free");
+  EXPECT_CONTAINS(all, "data.cache: decoded keeps the samples in memory after their first read (needs 3.8 GB, 20.0 GB free)");
+  EXPECT_CONTAINS(all, "the decoded-cached rung measured 6200 samples/s");
+}
+
+// starved_toy on a 2-core CPU: a worker would take one of the model's two threads and slow the
+// step more than it speeds the data (tune measured that too), so the remedy is the raw cache, whose
+// rung measured the effect.
+TEST(DoctorDiagnosis, OnATwoCoreCpuWorkersThatStealTheModelsCoresAreNotSuggested) {
+  LadderContext c;
+  c.device = "cpu";
+  c.batch_size = 64;
+  c.workers = 0;
+  c.cores = 2;
+  c.torch_threads = 2;
+  c.available_bytes = 20e9;
+  c.full_raw_cache_bytes = 50e6;
+  const std::vector<RungResult> rungs = {rung("device-cached", 361, 64), rung("decoded-cached", 344, 64, 2, 0, 3),
+                                         rung("raw-cached", 343, 64, 2, 0, 3), rung("full", 205, 64, 2003, 0, 3)};
+  Diagnosis d = diagnose(c, rungs);
+  std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_TRUE(d.input_bound);
+  EXPECT_EQ(d.bottleneck, "full");
+  EXPECT_EQ(d.suggested_workers, -1) << all;
+  EXPECT_CONTAINS(all, "more data.workers would not help on this CPU");
+  EXPECT_CONTAINS(all, "data.cache: raw keeps the samples in memory");
+  EXPECT_CONTAINS(all, "the raw-cached rung measured 343 samples/s (1.67x the full rung now)");
+  // With its threads fixed (run.threads: 1 of 2 cores), one worker runs beside the model.
+  c.threads_follow_workers = false;
+  c.torch_threads = 1;
+  d = diagnose(c, rungs);
+  all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_EQ(d.suggested_workers, 1) << all;
+  EXPECT_CONTAINS(all, "raise data.workers to >= 1 (this machine has 2 cores)");
 }
 
 TEST(DoctorDiagnosis, FullNearTheCeilingIsComputeBound) {
