@@ -195,6 +195,8 @@ LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
   ctx.torch_threads = torch::get_num_threads();
   ctx.available_bytes = doctor::available_memory_bytes();
   ctx.threads_follow_workers = config.run.threads == 0;
+  ctx.precision = precision_name(config.train.precision);
+  ctx.channels_last = config.train.channels_last;
 
   std::shared_ptr<data::Dataset> dataset = make_dataset(config, "train");
   ctx.dataset_samples = dataset->size();

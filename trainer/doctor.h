@@ -62,6 +62,8 @@ struct LadderContext {
   // run.threads: 0 (the default): on the CPU libtorch gets the cores the loader's workers leave, so
   // each worker added slows the step; with run.threads set, the step keeps its threads.
   bool threads_follow_workers = true;
+  std::string precision = "fp32";  // train.precision, for remedies not to suggest what is set
+  bool channels_last = false;      // train.channels_last
   double available_bytes = 0;   // memory available (MemAvailable) when the ladder started
   double fill_seconds = 0;      // time spent filling the caches (not part of any rung)
   // The device-cached rung runs first and again last; the faster is the ceiling, and how far the

@@ -179,9 +179,12 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
         "compute-bound: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of "
         "device-cached batches; the input keeps up (the step waited for it {:.0f}% of the time)",
         full->samples_per_s, ratio, ceiling->samples_per_s, 100 * full->wait_share));
-    d.lines.push_back(
-        "remedy: speed up the step itself: train.precision: bf16-mixed, train.channels_last, a batch size that "
-        "uses the device (`trainer doctor --batch`), train.cuda_graph for small models on CUDA");
+    std::string remedy = "remedy: speed up the step itself: ";
+    if (c.precision == "fp32" || c.precision == "tf32") remedy += "train.precision: bf16-mixed, ";
+    if (!c.channels_last) remedy += "train.channels_last: true, ";
+    remedy += "a batch size that uses the device (`trainer doctor --batch`)";
+    if (c.device != "cpu") remedy += ", train.cuda_graph for small models";
+    d.lines.push_back(remedy);
     return d;
   }
   d.lines.push_back(fmt::format(

@@ -119,6 +119,13 @@ TEST(DoctorDiagnosis, FullNearTheCeilingIsComputeBound) {
   EXPECT_FALSE(d.input_bound);
   EXPECT_EQ(d.lines[0].rfind("compute-bound", 0), 0u) << d.lines[0];
   EXPECT_EQ(d.bottleneck, "");
+  EXPECT_CONTAINS(d.lines[1], "train.precision: bf16-mixed");
+  LadderContext tuned = gpu_context(4, 16);
+  tuned.precision = "bf16-mixed";
+  tuned.channels_last = true;
+  const Diagnosis already = diagnose(tuned, rungs);
+  EXPECT_EQ(already.lines[1].find("train.precision"), std::string::npos) << already.lines[1];
+  EXPECT_EQ(already.lines[1].find("channels_last"), std::string::npos) << already.lines[1];
 }
 
 TEST(DoctorDiagnosis, ASlowCopyPointsAtPinnedMemoryAndPrefetch) {
