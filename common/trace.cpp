@@ -60,11 +60,6 @@ std::string escaped(const std::string& s) {
 
 }  // namespace
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool enabled() { return g_on.load(std::memory_order_relaxed); }
 
 void start() {

@@ -13,6 +13,7 @@
 // Recording costs one relaxed atomic load while off, and an uncontended lock per event while on.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -33,7 +34,11 @@ int64_t event_count();
 // Writes what was recorded as Trace Event JSON ({"traceEvents": [...]}) to `path`, atomically.
 void write(const std::filesystem::path& path);
 
-int64_t now_ns();
+// The steady clock in nanoseconds: the clock of every event, and of the data pipeline's stage timers.
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Records its own lifetime as one event when recording is on.
 class Scope {

@@ -9,11 +9,8 @@
 
 namespace stoker::data {
 
-inline int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// The steady clock in nanoseconds (the trace's clock, so that stage timers and events line up).
+using trace::now_ns;
 
 // Adds the nanoseconds from its construction to its destruction to `total` (also on an exception),
 // and records them as an event named `trace_name` (a literal) while a trace is recording.

@@ -35,6 +35,18 @@ double available_memory_bytes() {
   return 0;
 }
 
+Bench make_bench(const Config& config) {
+  Bench b;
+  b.device = resolve_device(config.run.device);
+  configure_threads(config.run.threads, config.data.workers, b.device.is_cpu());
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  b.dataset = make_dataset(config, "train");
+  b.loader = make_loader(config, b.dataset, b.device, "train");
+  b.trainer = make_trainer(config, make_model(config, b.loader->channels()), b.loader, b.loader, b.device);
+  apply_cudnn_benchmark(config, *b.loader, b.device);
+  return b;
+}
+
 void synchronize(torch::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
@@ -177,18 +189,10 @@ void measure_cudnn_benchmark(const Config& config, Trainer& trainer, data::Batch
                                     with_it.samples_per_s / std::max(1e-9, ctx.cudnn_off_samples_per_s));
 }
 
-}  // namespace
-
-LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
-  STOKER_CHECK(options.steps > 0 && options.warmup >= 0 && options.cached_batches > 0,
-               "doctor needs steps > 0, warmup >= 0 and cached_batches > 0");
-  auto& log = logger();
-  const torch::Device device = resolve_device(config.run.device);
-  configure_threads(config.run.threads, config.data.workers, device.is_cpu());
-  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  LadderResult result;
-  LadderContext& ctx = result.context;
-  ctx.device = device.str();
+// What the ladder's diagnosis needs to know of the machine and the recipe.
+LadderContext ladder_context(const Config& config, const doctor::Bench& bench) {
+  LadderContext ctx;
+  ctx.device = bench.device.str();
   ctx.batch_size = config.data.batch_size;
   ctx.workers = config.data.workers;
   ctx.cores = std::max(1u, std::thread::hardware_concurrency());
@@ -197,54 +201,80 @@ LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
   ctx.threads_follow_workers = config.run.threads == 0;
   ctx.precision = precision_name(config.train.precision);
   ctx.channels_last = config.train.channels_last;
+  ctx.dataset_samples = bench.dataset->size();
+  return ctx;
+}
 
-  std::shared_ptr<data::Dataset> dataset = make_dataset(config, "train");
-  ctx.dataset_samples = dataset->size();
-  std::shared_ptr<data::Loader> full = make_loader(config, dataset, device, "train");
-  std::unique_ptr<Trainer> trainer = make_trainer(config, make_model(config, full->channels()), full, full, device);
-  apply_cudnn_benchmark(config, *full);
-
-  log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
-  auto on_device = doctor::device_cached_source(*full, options.cached_batches);
-  result.rungs.push_back(measure_rung("device-cached", *trainer, *on_device, options.warmup, options.steps));
-  measure_cudnn_benchmark(config, *trainer, *on_device, options, ctx, result.rungs.back());
-  on_device.reset();
-  if (device.is_cuda()) {
-    log.info("doctor: host-cached rung");
-    auto host = host_cached_source(config, dataset, *full, options.cached_batches);
-    result.rungs.push_back(measure_rung("host-cached", *trainer, *host, options.warmup, options.steps));
-  } else {
+// The host-cached rung on CUDA; on the CPU a rung that says why it is not measured.
+RungResult host_rung(const Config& config, const doctor::Bench& bench, const DoctorOptions& options) {
+  if (!bench.device.is_cuda()) {
     RungResult r;
     r.name = "host-cached";
     r.measured = false;
     r.note = "on the CPU, host memory is the device's: this rung is the device-cached one";
-    result.rungs.push_back(r);
+    return r;
   }
-  log.info("doctor: decoded-cached rung");
-  result.rungs.push_back(cached_dataset_rung(config, *trainer, dataset, data::CacheLevel::kDecoded, options, ctx));
-  log.info("doctor: raw-cached rung");
-  result.rungs.push_back(cached_dataset_rung(config, *trainer, dataset, data::CacheLevel::kRaw, options, ctx));
-  log.info("doctor: full rung ({} worker(s))", config.data.workers);
-  if (!options.trace_path.empty()) {
+  logger().info("doctor: host-cached rung");
+  auto host = host_cached_source(config, bench.dataset, *bench.loader, options.cached_batches);
+  return measure_rung("host-cached", *bench.trainer, *host, options.warmup, options.steps);
+}
+
+// The full rung, its timeline recorded when options.trace_path is set.
+RungResult full_rung(const doctor::Bench& bench, const DoctorOptions& options) {
+  const bool traced = !options.trace_path.empty();
+  if (traced) {
     trace::name_thread("training");
     trace::start();
   }
-  result.rungs.push_back(measure_rung("full", *trainer, *full, options.warmup, options.steps));
-  if (!options.trace_path.empty()) {
+  RungResult r = measure_rung("full", *bench.trainer, *bench.loader, options.warmup, options.steps);
+  if (traced) {
     trace::stop();
     trace::write(options.trace_path);
-    log.info("doctor: the full rung's timeline is in {} ({} events; open it in ui.perfetto.dev)", options.trace_path,
-             trace::event_count());
+    logger().info("doctor: the full rung's timeline is in {} ({} events; open it in ui.perfetto.dev)",
+                  options.trace_path, trace::event_count());
   }
-  // The ceiling again, last: a machine whose speed changed during the ladder shows it here.
-  auto again = doctor::device_cached_source(*full, options.cached_batches);
-  const RungResult last = measure_rung("device-cached", *trainer, *again, options.warmup, options.steps);
+  return r;
+}
+
+// Measures the ceiling again, last, keeps the faster of the two as rungs[0] (a machine whose speed
+// changed during the ladder shows in ctx.ceiling_spread) and sets every rung's ratio to it.
+void settle_ceiling(const doctor::Bench& bench, const DoctorOptions& options, LadderResult& result) {
+  auto again = doctor::device_cached_source(*bench.loader, options.cached_batches);
+  const RungResult last = measure_rung("device-cached", *bench.trainer, *again, options.warmup, options.steps);
   RungResult& first = result.rungs.front();
-  ctx.ceiling_spread = std::abs(first.samples_per_s - last.samples_per_s) /
-                       std::max(first.samples_per_s, last.samples_per_s);
+  result.context.ceiling_spread = std::abs(first.samples_per_s - last.samples_per_s) /
+                                  std::max(first.samples_per_s, last.samples_per_s);
   if (last.samples_per_s > first.samples_per_s) first = last;
   const double ceiling = first.samples_per_s;
   for (RungResult& r : result.rungs) r.ratio = r.measured && ceiling > 0 ? r.samples_per_s / ceiling : 0;
+}
+
+}  // namespace
+
+LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
+  STOKER_CHECK(options.steps > 0 && options.warmup >= 0 && options.cached_batches > 0,
+               "doctor needs steps > 0, warmup >= 0 and cached_batches > 0");
+  auto& log = logger();
+  const doctor::Bench bench = doctor::make_bench(config);
+  LadderResult result;
+  LadderContext& ctx = result.context;
+  ctx = ladder_context(config, bench);
+
+  log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
+  auto on_device = doctor::device_cached_source(*bench.loader, options.cached_batches);
+  result.rungs.push_back(measure_rung("device-cached", *bench.trainer, *on_device, options.warmup, options.steps));
+  measure_cudnn_benchmark(config, *bench.trainer, *on_device, options, ctx, result.rungs.back());
+  on_device.reset();
+  result.rungs.push_back(host_rung(config, bench, options));
+  log.info("doctor: decoded-cached rung");
+  result.rungs.push_back(
+      cached_dataset_rung(config, *bench.trainer, bench.dataset, data::CacheLevel::kDecoded, options, ctx));
+  log.info("doctor: raw-cached rung");
+  result.rungs.push_back(
+      cached_dataset_rung(config, *bench.trainer, bench.dataset, data::CacheLevel::kRaw, options, ctx));
+  log.info("doctor: full rung ({} worker(s))", config.data.workers);
+  result.rungs.push_back(full_rung(bench, options));
+  settle_ceiling(bench, options, result);
   result.diagnosis = diagnose(ctx, result.rungs);
   return result;
 }

@@ -8,10 +8,21 @@
 
 #include "data/batch_source.h"
 #include "data/loader.h"
+#include "trainer/config.h"
 #include "trainer/doctor.h"
 #include "trainer/trainer.h"
 
 namespace stoker::doctor {
+
+// What every doctor measurement starts from: the recipe's device (threads and seed set as training
+// sets them), its training split, its loader and a Trainer of its model, cudnn.benchmark applied.
+struct Bench {
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<data::Dataset> dataset;
+  std::shared_ptr<data::Loader> loader;
+  std::unique_ptr<Trainer> trainer;
+};
+Bench make_bench(const Config& config);
 
 // `warmup` untimed steps, then `steps` timed ones of trainer.train_step over `source` (new epochs
 // as needed), the device synchronised before and after the timed ones.

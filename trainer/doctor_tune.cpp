@@ -33,11 +33,10 @@ constexpr double kBetter = 1.02;         // a trial must be 2% faster to replace
 
 // Tuning state: the data set, the trainer every trial steps, what was tried, the clock.
 struct Tuner {
+  Tuner(const Config& c, const TuneOptions& o) : config(c), options(o), bench(doctor::make_bench(c)) {}
   const Config& config;
   const TuneOptions& options;
-  torch::Device device;
-  std::shared_ptr<data::Dataset> dataset;
-  std::unique_ptr<Trainer> trainer;
+  doctor::Bench bench;  // its loader has the starting settings
   TuneResult result;
   clock_type::time_point start = clock_type::now();
 
@@ -55,9 +54,9 @@ struct Tuner {
     c.data.workers = t.workers;
     c.data.prefetch_factor = t.prefetch_factor;
     c.data.device_prefetch = t.device_prefetch;
-    configure_threads(c.run.threads, c.data.workers, device.is_cpu());
-    auto loader = make_loader(c, dataset, device, "train");
-    const RungResult r = doctor::measure_rung("full", *trainer, *loader, options.warmup, options.steps);
+    configure_threads(c.run.threads, c.data.workers, bench.device.is_cpu());
+    auto loader = make_loader(c, bench.dataset, bench.device, "train");
+    const RungResult r = doctor::measure_rung("full", *bench.trainer, *loader, options.warmup, options.steps);
     t.samples_per_s = r.samples_per_s;
     t.wait_share = r.wait_share;
     result.trials.push_back(t);
@@ -108,7 +107,7 @@ void search_prefetch(Tuner& t) {
       t.attempt(trial);
     }
   }
-  if (!t.device.is_cuda()) return;
+  if (!t.bench.device.is_cuda()) return;
   for (int64_t d : {4, 1}) {
     TuneTrial trial = t.result.best;
     trial.device_prefetch = d;
@@ -120,18 +119,12 @@ void search_prefetch(Tuner& t) {
 
 TuneResult tune(const Config& config, const TuneOptions& options) {
   STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
-  Tuner t{config, options, resolve_device(config.run.device)};
-  configure_threads(config.run.threads, config.data.workers, t.device.is_cpu());
-  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  t.dataset = make_dataset(config, "train");
-  auto first = make_loader(config, t.dataset, t.device, "train");
-  t.trainer = make_trainer(config, make_model(config, first->channels()), first, first, t.device);
-  apply_cudnn_benchmark(config, *first);
-  auto on_device = doctor::device_cached_source(*first, 4);
+  Tuner t(config, options);
+  auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
   t.result.ceiling_samples_per_s =
-      doctor::measure_rung("device-cached", *t.trainer, *on_device, options.warmup, options.steps).samples_per_s;
+      doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, options.warmup, options.steps)
+          .samples_per_s;
   on_device.reset();
-  first.reset();
   TuneTrial start;
   start.workers = config.data.workers;
   start.prefetch_factor = config.data.prefetch_factor;

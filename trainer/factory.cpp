@@ -90,9 +90,9 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
   return std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
 }
 
-bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train) {
+bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train, torch::Device device) {
   const bool fixed_shapes = train.out_height() > 0 && train.out_width() > 0;
-  const bool cuda = resolve_device(config.run.device).is_cuda();
+  const bool cuda = device.is_cuda();
   const bool on = config.train.cudnn_benchmark && cuda && fixed_shapes;
   at::globalContext().setBenchmarkCuDNN(on);
   if (config.train.cudnn_benchmark && cuda && !fixed_shapes) {
@@ -115,7 +115,7 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   setup.loaders = make_loaders(config, setup.device);
   setup.trainer = make_trainer(config, make_model(config, setup.loaders.in_channels), setup.loaders.train,
                                setup.loaders.test, setup.device, distributed.group);
-  apply_cudnn_benchmark(config, *setup.loaders.train);
+  apply_cudnn_benchmark(config, *setup.loaders.train, setup.device);
   return setup;
 }
 

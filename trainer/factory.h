@@ -45,9 +45,9 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
                                       std::shared_ptr<data::BatchSource> eval, torch::Device device,
                                       std::shared_ptr<dist::ProcessGroup> group = nullptr);
 
-// Turns cuDNN's autotuner on when train.cudnn_benchmark is set, the device is CUDA and every batch
+// Turns cuDNN's autotuner on when train.cudnn_benchmark is set, `device` is CUDA and every batch
 // of `train` has the same shape (a fixed-output pipeline); off otherwise. Returns whether it is on.
-bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train);
+bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train, torch::Device device);
 
 // Everything a config describes: the device (run.device), threads, the seed, both loaders, the model
 // and the Trainer.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <vector>
 
 #ifdef STOKER_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -17,6 +18,7 @@ struct GpuIdleMeter::Impl {
   };
   c10::DeviceIndex device;
   std::deque<std::unique_ptr<Step>> steps;  // issued, not yet read (the last read one first)
+  std::vector<std::unique_ptr<Step>> spare;  // read, their events reused by later steps
   bool have_previous = false;               // steps.front() is the last step already read
   double idle_ms = 0, busy_ms = 0;
 
@@ -30,6 +32,7 @@ struct GpuIdleMeter::Impl {
       busy_ms += next.begin.elapsed_time(next.end);
       if (have_previous) {
         idle_ms += std::max(0.0f, steps.front()->end.elapsed_time(next.begin));
+        spare.push_back(std::move(steps.front()));
         steps.pop_front();
       }
       have_previous = true;
@@ -45,7 +48,13 @@ GpuIdleMeter::GpuIdleMeter(torch::Device device) {
 
 void GpuIdleMeter::step_begin() {
   if (!impl_) return;
-  impl_->steps.push_back(std::make_unique<Impl::Step>());
+  // Events are created once and re-recorded: no allocation per step once the window is warm.
+  if (impl_->spare.empty()) {
+    impl_->steps.push_back(std::make_unique<Impl::Step>());
+  } else {
+    impl_->steps.push_back(std::move(impl_->spare.back()));
+    impl_->spare.pop_back();
+  }
   impl_->steps.back()->begin.record(c10::cuda::getCurrentCUDAStream(impl_->device));
 }
 
@@ -62,7 +71,9 @@ void GpuIdleMeter::step_end() {
 void GpuIdleMeter::new_epoch() {
   if (!impl_) return;
   impl_->read_completed();
-  impl_->steps.clear();  // an event destroyed before it completes is released once it does
+  // The unread steps' events are re-recorded later (re-recording a pending event is allowed).
+  for (auto& step : impl_->steps) impl_->spare.push_back(std::move(step));
+  impl_->steps.clear();
   impl_->have_previous = false;
 }
 

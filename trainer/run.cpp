@@ -304,6 +304,39 @@ auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
   }
 }
 
+// The run's callbacks: stopping on signals and early stopping on every rank; logging, metrics,
+// checkpoints and the trace where the run directory is written (`run_dir` empty: a rank that does
+// not write). Returns the checkpoint callback (nullptr on such a rank).
+std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Config& config, const fs::path& run_dir,
+                                                      bool live_progress, const Efficiency& efficiency,
+                                                      const std::shared_ptr<TelemetryReading>& telemetry) {
+  trainer.add_callback(std::make_shared<StopOnSignalCallback>());
+  std::shared_ptr<CheckpointCallback> checkpoints;
+  if (!run_dir.empty()) {
+    add_logging_callbacks(trainer, config, run_dir, live_progress, efficiency, telemetry);
+    checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
+    trainer.add_callback(checkpoints);
+  }
+  if (config.train.early_stopping.patience > 0) {
+    trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
+  }
+  if (!run_dir.empty()) trainer.add_callback(std::make_shared<TraceCallback>(run_dir / "trace.json", config.train.trace));
+  return checkpoints;
+}
+
+// Where training stands at the end, and the last evaluation (of this call, or of the model as it is
+// when nothing was left to train).
+void record_final_results(Trainer& trainer, TrainOutcome& outcome) {
+  outcome.state = trainer.state();
+  if (!outcome.fit.epochs.empty()) {
+    outcome.final_test = outcome.fit.epochs.back().test;
+    outcome.final_ema_test = outcome.fit.epochs.back().ema_test;
+  } else if (!outcome.fit.interrupted) {
+    outcome.final_test = trainer.evaluate();
+    if (trainer.ema() != nullptr) outcome.final_ema_test = trainer.evaluate_ema();
+  }
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
@@ -339,17 +372,9 @@ TrainOutcome run_training(const TrainRequest& request) {
                                                    setup.loaders.train->out_width(), setup.device);
   const std::shared_ptr<TelemetryReading> telemetry = start_run_telemetry(config, setup.device);
 
-  trainer.add_callback(std::make_shared<StopOnSignalCallback>());
-  std::shared_ptr<CheckpointCallback> checkpoints;
-  if (writes) {
-    add_logging_callbacks(trainer, config, outcome.run_dir, request.live_progress, efficiency, telemetry);
-    checkpoints = std::make_shared<CheckpointCallback>(outcome.run_dir / "checkpoints", config.checkpoint);
-    trainer.add_callback(checkpoints);
-  }
-  if (config.train.early_stopping.patience > 0) {
-    trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
-  }
-  if (writes) trainer.add_callback(std::make_shared<TraceCallback>(outcome.run_dir / "trace.json", config.train.trace));
+  const std::shared_ptr<CheckpointCallback> checkpoints =
+      add_run_callbacks(trainer, config, writes ? outcome.run_dir : fs::path(), request.live_progress, efficiency,
+                        telemetry);
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further "
@@ -363,14 +388,7 @@ TrainOutcome run_training(const TrainRequest& request) {
         checkpoints ? checkpoints->last_saved() : std::optional<CheckpointCallback::SavedCheckpoint>{};
     throw diverged(e, config, saved, resume_from, resumed_step);
   }
-  outcome.state = trainer.state();
-  if (!outcome.fit.epochs.empty()) {
-    outcome.final_test = outcome.fit.epochs.back().test;
-    outcome.final_ema_test = outcome.fit.epochs.back().ema_test;
-  } else if (!outcome.fit.interrupted) {
-    outcome.final_test = trainer.evaluate();  // nothing left to train: report the model as it is
-    if (trainer.ema() != nullptr) outcome.final_ema_test = trainer.evaluate_ema();
-  }
+  record_final_results(trainer, outcome);
   return outcome;
 }
 
