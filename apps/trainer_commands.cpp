@@ -253,6 +253,7 @@ int doctor(const Args& args) {
   if (args.tune) {
     stoker::TuneOptions tune;
     tune.budget_seconds = args.tune_budget;
+    tune.memory_budget_bytes = budget;
     const stoker::TuneResult r = stoker::tune(config, tune);
     std::printf("\n%s", stoker::format_tune(r).c_str());
     std::printf("%s\n", stoker::JsonLine()
@@ -262,6 +263,7 @@ int doctor(const Args& args) {
                             .add("workers", r.best.workers)
                             .add("prefetch_factor", r.best.prefetch_factor)
                             .add("device_prefetch", r.best.device_prefetch)
+                            .add("cache", std::string(stoker::data_cache_name(r.best.cache)))
                             .add("seconds", r.seconds)
                             .str()
                             .c_str());

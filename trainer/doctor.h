@@ -104,11 +104,16 @@ struct TuneOptions {
   double budget_seconds = 90;   // stop searching after this long (a trial under way finishes)
   int64_t steps = 20, warmup = 4;
   int64_t max_workers = 0;      // 0 = twice the cores, at most 32
+  // Memory a data.cache trial's whole split may take; 0 = half of the memory available now.
+  int64_t memory_budget_bytes = 0;
 };
 struct TuneTrial {
   int64_t workers = 0, prefetch_factor = 0, device_prefetch = 0;
+  data::DataCache cache = data::DataCache::kNone;  // data.cache
   double samples_per_s = 0;
   double wait_share = 0;
+  std::string note;              // e.g. why a cache was not tried
+  bool measured = true;
 };
 struct TuneResult {
   TuneTrial start, best;
@@ -121,7 +126,10 @@ struct TuneResult {
 };
 // Searches data.workers (doubling, then between the best and its neighbours), then
 // data.prefetch_factor and, on CUDA, data.device_prefetch, measuring the full pipeline each time.
+// When that leaves the step waiting (few cores: a worker takes the model's core), it tries
+// data.cache raw, then decoded, where the whole training split fits the memory budget.
 TuneResult tune(const Config& config, const TuneOptions& options);
+const char* data_cache_name(data::DataCache cache);  // none | raw | decoded, as data.cache spells it
 std::string format_tune(const TuneResult& result);
 
 // ---- batch size ----

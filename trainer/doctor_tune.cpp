@@ -23,6 +23,16 @@
 #include "trainer/run.h"
 
 namespace stoker {
+
+const char* data_cache_name(data::DataCache cache) {
+  switch (cache) {
+    case data::DataCache::kRaw: return "raw";
+    case data::DataCache::kDecoded: return "decoded";
+    case data::DataCache::kNone: break;
+  }
+  return "none";
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -44,7 +54,8 @@ struct Tuner {
   bool at_ceiling() const { return result.best.samples_per_s >= kWithinCeiling * result.ceiling_samples_per_s; }
   bool tried(const TuneTrial& t) const {
     return std::any_of(result.trials.begin(), result.trials.end(), [&](const TuneTrial& o) {
-      return o.workers == t.workers && o.prefetch_factor == t.prefetch_factor && o.device_prefetch == t.device_prefetch;
+      return o.workers == t.workers && o.prefetch_factor == t.prefetch_factor && o.device_prefetch == t.device_prefetch &&
+             o.cache == t.cache;
     });
   }
 
@@ -54,16 +65,45 @@ struct Tuner {
     c.data.workers = t.workers;
     c.data.prefetch_factor = t.prefetch_factor;
     c.data.device_prefetch = t.device_prefetch;
+    c.data.cache = t.cache;
+    std::shared_ptr<data::Dataset> dataset = bench.dataset;
+    if (t.cache != data::DataCache::kNone && !(dataset = cached(t))) {
+      result.trials.push_back(t);  // not measured: t.note says why
+      return t;
+    }
     configure_threads(c.run.threads, c.data.workers, bench.device.is_cpu());
-    auto loader = make_loader(c, bench.dataset, bench.device, "train");
+    auto loader = make_loader(c, dataset, bench.device, "train");
     const RungResult r = doctor::measure_rung("full", *bench.trainer, *loader, options.warmup, options.steps);
     t.samples_per_s = r.samples_per_s;
     t.wait_share = r.wait_share;
     result.trials.push_back(t);
-    logger().info("doctor --tune: workers {}, prefetch_factor {}, device_prefetch {}: {:.1f} samples/s", t.workers,
-                  t.prefetch_factor, t.device_prefetch, t.samples_per_s);
+    logger().info("doctor --tune: workers {}, prefetch_factor {}, device_prefetch {}, cache {}: {:.1f} samples/s",
+                  t.workers, t.prefetch_factor, t.device_prefetch, data_cache_name(t.cache), t.samples_per_s);
     if (t.samples_per_s > kBetter * result.best.samples_per_s) result.best = t;
     return t;
+  }
+
+  // The samples the trial's timed steps read, cached at `t.cache`'s level; null (with t.note saying
+  // why) when a cache of the whole split would not fit the memory budget.
+  std::shared_ptr<data::Dataset> cached(TuneTrial& t) {
+    const auto budget = static_cast<double>(
+        options.memory_budget_bytes > 0 ? options.memory_budget_bytes : doctor::available_memory_bytes() / 2);
+    data::CacheOptions o;
+    o.set_level(t.cache == data::DataCache::kRaw ? data::CacheLevel::kRaw : data::CacheLevel::kDecoded)
+        .set_max_samples((options.warmup + options.steps + 1) * config.data.batch_size)
+        .set_fill_threads(std::max(1u, std::thread::hardware_concurrency()));
+    o.max_image_pixels = config.data.max_image_pixels;
+    auto cache = std::make_shared<data::CachedDataset>(bench.dataset, o);
+    const double whole = cache->estimated_full_bytes();
+    if (whole > budget) {
+      t.measured = false;
+      t.note = fmt::format("not tried: the whole split would take {:.2f} GB, over the budget of {:.2f} GB", whole / 1e9,
+                           budget / 1e9);
+      logger().info("doctor --tune: data.cache {} {}", data_cache_name(t.cache), t.note);
+      return nullptr;
+    }
+    t.note = fmt::format("the whole split: {:.2f} GB in memory", whole / 1e9);
+    return cache;
   }
   // Tries `t` unless it was tried or the search is over; returns whether it ran.
   bool attempt(const TuneTrial& t) {
@@ -115,6 +155,18 @@ void search_prefetch(Tuner& t) {
   }
 }
 
+// data.cache, when the loader settings leave the step waiting: raw (reads gone), then decoded (decoding
+// gone too), each with the best loader settings so far.
+void search_cache(Tuner& t) {
+  if (t.config.data.cache != data::DataCache::kNone) return;
+  for (data::DataCache level : {data::DataCache::kRaw, data::DataCache::kDecoded}) {
+    TuneTrial trial = t.result.best;
+    trial.cache = level;
+    trial.note.clear();
+    t.attempt(trial);
+  }
+}
+
 }  // namespace
 
 TuneResult tune(const Config& config, const TuneOptions& options) {
@@ -129,34 +181,45 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
   start.workers = config.data.workers;
   start.prefetch_factor = config.data.prefetch_factor;
   start.device_prefetch = config.data.device_prefetch;
+  start.cache = config.data.cache;
   t.result.best = start;  // samples_per_s 0: the start's measurement replaces it
   t.result.start = t.run(start);
   search_workers(t);
   search_prefetch(t);
+  search_cache(t);
   t.result.seconds = since(t.start);
   t.result.reached_ceiling = t.at_ceiling();
   return t.result;
 }
 
 std::string TuneResult::set_line() const {
-  return fmt::format("--set data.workers={} --set data.prefetch_factor={} --set data.device_prefetch={}", best.workers,
-                     best.prefetch_factor, best.device_prefetch);
+  std::string line = fmt::format("--set data.workers={} --set data.prefetch_factor={} --set data.device_prefetch={}",
+                                 best.workers, best.prefetch_factor, best.device_prefetch);
+  if (best.cache != start.cache) line += fmt::format(" --set data.cache={}", data_cache_name(best.cache));
+  return line;
 }
 
 std::string TuneResult::yaml() const {
-  return fmt::format("data:\n  workers: {}\n  prefetch_factor: {}\n  device_prefetch: {}\n", best.workers,
-                     best.prefetch_factor, best.device_prefetch);
+  std::string yaml = fmt::format("data:\n  workers: {}\n  prefetch_factor: {}\n  device_prefetch: {}\n", best.workers,
+                                 best.prefetch_factor, best.device_prefetch);
+  if (best.cache != start.cache) yaml += fmt::format("  cache: {}\n", data_cache_name(best.cache));
+  return yaml;
 }
 
 std::string format_tune(const TuneResult& r) {
   std::string out = fmt::format("tune: {} trials in {:.1f} s; ceiling (device-cached) {:.1f} samples/s\n",
                                 r.trials.size(), r.seconds, r.ceiling_samples_per_s);
-  out += fmt::format("{:>8} {:>9} {:>9} {:>10} {:>6} {:>6}\n", "workers", "prefetch", "dev_pref", "samples/s", "ratio",
-                     "wait");
+  out += fmt::format("{:>8} {:>9} {:>9} {:>8} {:>10} {:>6} {:>6}\n", "workers", "prefetch", "dev_pref", "cache",
+                     "samples/s", "ratio", "wait");
   for (const TuneTrial& t : r.trials) {
-    out += fmt::format("{:>8} {:>9} {:>9} {:>10.1f} {:>6.2f} {:>5.0f}%\n", t.workers, t.prefetch_factor,
-                       t.device_prefetch, t.samples_per_s, t.samples_per_s / r.ceiling_samples_per_s,
-                       100 * t.wait_share);
+    const char* cache = data_cache_name(t.cache);
+    if (!t.measured) {
+      out += fmt::format("{:>8} {:>9} {:>9} {:>8}  {}\n", t.workers, t.prefetch_factor, t.device_prefetch, cache, t.note);
+      continue;
+    }
+    out += fmt::format("{:>8} {:>9} {:>9} {:>8} {:>10.1f} {:>6.2f} {:>5.0f}%{}\n", t.workers, t.prefetch_factor,
+                       t.device_prefetch, cache, t.samples_per_s, t.samples_per_s / r.ceiling_samples_per_s,
+                       100 * t.wait_share, t.note.empty() ? "" : "  (" + t.note + ")");
   }
   out += fmt::format("best: {:.1f} samples/s ({:.2f}x the starting settings, {:.2f} of the ceiling{})\n",
                      r.best.samples_per_s, r.best.samples_per_s / std::max(1e-9, r.start.samples_per_s),

@@ -245,6 +245,31 @@ TEST(DoctorLadder, TuneFindsFasterSettingsWithinItsBudget) {
   EXPECT_EQ(applied.data.workers, r.best.workers);
 }
 
+// Reads too slow for the workers allowed: the tuner tries data.cache (raw first), which removes them,
+// and prints it; a cache over the memory budget is not tried and the table says why.
+TEST(DoctorLadder, TuneTriesTheCacheWhenWorkersCannotKeepUp) {
+  TempDir dir;
+  TuneOptions o;
+  o.budget_seconds = 60;
+  o.steps = 6;
+  o.warmup = 2;
+  o.max_workers = 1;
+  o.memory_budget_bytes = 1000;  // a few samples of 24x24x3: the split does not fit
+  const TuneResult tight = tune(synthetic_config(dir, 3000, 0), o);
+  ASSERT_EQ(tight.trials.back().cache, data::DataCache::kDecoded) << format_tune(tight);
+  EXPECT_FALSE(tight.trials.back().measured);
+  EXPECT_EQ(tight.best.cache, data::DataCache::kNone);
+  EXPECT_CONTAINS(format_tune(tight), "not tried: the whole split would take");
+
+  o.memory_budget_bytes = 0;
+  const TuneResult r = tune(synthetic_config(dir, 3000, 0), o);
+  EXPECT_EQ(r.best.cache, data::DataCache::kRaw) << format_tune(r);
+  EXPECT_GT(r.best.samples_per_s, 2 * r.start.samples_per_s) << format_tune(r);
+  EXPECT_CONTAINS(r.set_line(), "--set data.cache=raw");
+  const Config applied = parse_config(r.yaml(), "tuned.yaml");
+  EXPECT_EQ(applied.data.cache, data::DataCache::kRaw);
+}
+
 TEST(DoctorLadder, BatchSweepStopsAtTheMemoryBudget) {
   TempDir dir;
   BatchSweepOptions o;
