@@ -297,8 +297,9 @@ auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
       d.group->report_failure(first);
       throw;
     }
-    STOKER_FAIL("rank {} of {}: {} (here, a collective operation failed: {})", d.rank(), d.world_size(),
-                d.group->explain_lost_peer(), first);
+    const std::string here = first.substr(0, first.find("; another rank has probably"));
+    STOKER_FAIL("rank {} of {}: {}; here, a collective operation failed: {}", d.rank(), d.world_size(),
+                d.group->explain_lost_peer(std::chrono::seconds(3)), here);
   }
 }
 

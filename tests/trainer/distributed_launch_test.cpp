@@ -26,7 +26,7 @@ class DistributedLaunch : public ::testing::Test {
     std::string why;
     python_ = testing::venv_python(&why);
     if (python_.empty()) GTEST_SKIP() << why;
-    testing::write_dist_recipe(dir_);
+    testing::write_dist_recipe(dir_.path());
   }
 
   // Starts the trainer under torchrun (2 ranks) with `args`; the ranks' output goes to

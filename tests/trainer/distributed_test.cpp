@@ -101,7 +101,7 @@ fs::path last_checkpoint(const fs::path& run_root) {
 // Tolerance: 2e-5 absolute after 8 SGD steps (float32 sums in another order differ by ~1e-7/step).
 TEST(DistributedTrainer, TwoGlooRanksWithHalfBatchesMatchOneProcess) {
   TempDir dir;
-  testing::write_dist_recipe(dir);
+  testing::write_dist_recipe(dir.path());
   const Ranks one = train(dir, "one", 1, {});
   ASSERT_EQ(one.exit_codes[0], 0) << one.logs[0];
   const Ranks two = train(dir, "two", 2, {"data.batch_size=8"});
@@ -155,7 +155,7 @@ bool wait_for_training(const fs::path& run_root) {
 // that stopped first, well before the process group's 5-minute time-out.
 TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
   TempDir dir;
-  testing::write_dist_recipe(dir);
+  testing::write_dist_recipe(dir.path());
   const std::vector<pid_t> pids = start_pair(dir, "100000");
   testing::Reaper reaper(pids);
   const bool training = wait_for_training(dir / "runs/run");
@@ -175,7 +175,7 @@ TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
 // step (exit status 130), and rank 0 saves the checkpoint there.
 TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
   TempDir dir;
-  testing::write_dist_recipe(dir);
+  testing::write_dist_recipe(dir.path());
   const std::vector<pid_t> pids = start_pair(dir, "100000");
   testing::Reaper reaper(pids);
   const bool training = wait_for_training(dir / "runs/run");
