@@ -171,6 +171,35 @@ TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
   EXPECT_CONTAINS(log, "rank 1 stopped without a word");
 }
 
+// An error on one rank after the ranks joined (here rank 1's data folder is missing): it leaves its
+// error in the rendezvous store, and rank 0's error names rank 1 and says why.
+TEST(DistributedTrainer, AnErrorOnOneRankIsNamedInTheOthersErrors) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  std::string missing = testing::read_bytes(dir / "r.yaml");
+  const size_t at = missing.find("  type: synthetic\n"), line = missing.find("  synthetic: {");
+  ASSERT_TRUE(at != std::string::npos && line != std::string::npos);
+  missing.erase(line, missing.find('\n', line) + 1 - line);
+  missing.replace(at, 18, "  type: image_folder\n  root: " + (dir / "missing").string() + "\n");
+  testing::write_bytes(dir / "r1.yaml", missing);
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+    pids.push_back(testing::start_trainer({"--config", (dir / (r == 0 ? "r.yaml" : "r1.yaml")).string()}, env,
+                                          dir / fmt::format("rank{}.log", r)));
+  }
+  testing::Reaper reaper(pids);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const int code1 = testing::wait_until(pids[1], deadline), code0 = testing::wait_until(pids[0], deadline);
+  const std::string log0 = testing::read_bytes(dir / "rank0.log");
+  EXPECT_EQ(code1, 1) << testing::read_bytes(dir / "rank1.log");
+  EXPECT_EQ(code0, 1) << log0;
+  EXPECT_CONTAINS(log0, "error: rank 0 of 2: rank 1 failed first: image folder ");
+  EXPECT_CONTAINS(log0, "missing/train does not exist");
+}
+
 // SIGTERM to one rank only: the ranks agree on the stop at the next step, so both stop at the same
 // step (exit status 130), and rank 0 saves the checkpoint there.
 TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
