@@ -1,21 +1,17 @@
-// Data-parallel training (trainer/distributed.h, dist/): the `trainer` program started as two Gloo
-// ranks on 127.0.0.1 against one process with the whole batch.
+// Data-parallel training (trainer/distributed.h, dist/): the `trainer` program started by hand as
+// two Gloo ranks on 127.0.0.1 against one process with the whole batch; one rank killed, failing,
+// or stopped by a signal. (Under torchrun: distributed_launch_test.cpp.)
 #include "trainer/distributed.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <thread>
 
-#include "models/registry.h"
-#include "trainer/checkpoint.h"
 #include "test_util.h"
 #include "trainer/distributed_procs.h"
 
