@@ -113,7 +113,8 @@ int train(const Args& args) {
   log_summary(*config, out);
   if (out.fit.interrupted) {
     // The checkpoint holds the config this run trained with: resuming needs nothing else.
-    log.warn("stopped early; continue with: trainer --resume {}", out.run_dir.string());
+    // (A rank other than 0 of a distributed run does not know the run directory: rank 0 says it.)
+    if (!out.run_dir.empty()) log.warn("stopped early; continue with: trainer --resume {}", out.run_dir.string());
     return 130;
   }
   return 0;

@@ -16,26 +16,29 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
 
 namespace stoker::dist {
-namespace {
 
-using BackendType = c10d::ProcessGroup::BackendType;
-using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
-
-// Whether a collective's error says that the connection to a peer was lost or timed out.
-bool lost_peer(const std::string& message) {
-  for (const char* sign : {"Connection reset", "Connection closed", "Broken pipe", "imed out", "Timeout"}) {
+bool lost_connection(const std::string& message) {
+  for (const char* sign : {"Connection reset", "Connection closed", "Connection refused", "Broken pipe", "imed out",
+                           "Timeout"}) {
     if (message.find(sign) != std::string::npos) return true;
   }
   return false;
 }
+
+namespace {
+
+using BackendType = c10d::ProcessGroup::BackendType;
+using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
 
 // Runs `f`, turning c10d's and gloo's errors into a stoker::Error that says what was being done.
 template <typename F>
@@ -46,7 +49,7 @@ auto guarded(const std::string& what, F f) -> decltype(f()) {
     const std::string message = e.what();
     const std::string first = message.substr(0, message.find('\n'));
     STOKER_FAIL("distributed training: {} failed ({}){}", what, first,
-                lost_peer(first) ? "; another rank has probably stopped or died first: its output says why" : "");
+                lost_connection(first) ? "; another rank has probably stopped or died first: its output says why" : "");
   }
 }
 
@@ -115,7 +118,10 @@ class ReducerDataParallel final : public DataParallel {
  public:
   ReducerDataParallel(PG group, torch::Device device, std::vector<torch::Tensor> params,
                       std::unordered_map<size_t, std::string> names, const ProcessGroupOptions& o)
-      : group_(std::move(group)), device_(device) {
+      : group_(std::move(group)), device_(device), grad_sync_(o.grad_sync), params_(params) {
+    STOKER_CHECK(grad_sync_ == "overlap" || grad_sync_ == "after_backward" || grad_sync_ == "none",
+                 "gradient sync '{}' is not overlap, after_backward or none", grad_sync_);
+    if (grad_sync_ != "overlap") return;  // the benchmarks' variants (ProcessGroupOptions::grad_sync)
     const std::vector<size_t> limits = {static_cast<size_t>(o.first_bucket_bytes),
                                         static_cast<size_t>(o.bucket_bytes)};
     const std::vector<bool> sparse(params.size(), false);
@@ -135,13 +141,29 @@ class ReducerDataParallel final : public DataParallel {
   int64_t world_size() const override { return group_->getSize(); }
 
   void before_backward(bool sync) override {
-    if (!sync) return;  // no prepare_for_backward: the Reducer's hooks leave the gradients local
+    if (!sync || !reducer_) return;  // no prepare_for_backward: the Reducer's hooks leave the gradients local
     guarded("preparing the gradient all-reduce", [&] {
       // After the first synchronised step, once: buckets re-cut in the order gradients were ready.
       reducer_->rebuild_buckets();
       reducer_->prepare_for_backward({});
       return 0;
     });
+  }
+
+  // grad_sync "after_backward": every gradient in one flat all-reduce once backward is done.
+  void after_backward(bool sync) override {
+    if (!sync || grad_sync_ != "after_backward") return;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params_) grads.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros_like(p).flatten());
+    std::vector<at::Tensor> flat = {torch::cat(grads)};
+    guarded("the gradient all-reduce", [&] { return group_->allreduce(flat)->wait(); });
+    flat[0].div_(static_cast<double>(world_size()));
+    int64_t at = 0;
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().copy_(flat[0].narrow(0, at, p.numel()).view_as(p));
+      at += p.numel();
+    }
   }
 
   void sum(std::vector<double>& values) override {
@@ -164,7 +186,9 @@ class ReducerDataParallel final : public DataParallel {
  private:
   PG group_;
   torch::Device device_;
-  std::unique_ptr<c10d::Reducer> reducer_;
+  std::string grad_sync_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<c10d::Reducer> reducer_;  // none with grad_sync other than "overlap"
 };
 
 }  // namespace
@@ -173,6 +197,7 @@ struct ProcessGroup::Impl {
   LaunchInfo launch;
   torch::Device device = torch::kCPU;
   ProcessGroupOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
   PG group;
   std::string backend;
 };
@@ -188,7 +213,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch
   impl->launch = launch;
   impl->device = device;
   impl->options = options;
-  impl->group = make_group(connect_store(launch, options), launch, device, options, impl->backend);
+  impl->store = connect_store(launch, options);
+  impl->group = make_group(impl->store, launch, device, options, impl->backend);
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -215,6 +241,56 @@ std::shared_ptr<DataParallel> ProcessGroup::data_parallel(torch::nn::Module& mod
 
 void ProcessGroup::barrier() {
   guarded("waiting for every rank (barrier)", [&] { return impl_->group->barrier()->wait(); });
+}
+
+// ---- which rank stopped first --------------------------------------------------------------------------
+// Each rank that fails leaves "failure/<rank>" (its error) in the store; each rank whose collective
+// lost a peer leaves "saw/<rank>" and reads the others'. A rank with neither died without a word.
+
+void ProcessGroup::report_failure(const std::string& message) {
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    impl_->store->set(fmt::format("failure/{}", rank()), message);
+  } catch (const std::exception&) {
+    // The store is gone too (its host stopped): the others learn nothing more than the lost connection.
+  }
+}
+
+std::string ProcessGroup::explain_lost_peer(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<std::string> failed;
+  std::vector<int64_t> silent;
+  try {
+    c10d::Store& store = *impl_->store;
+    store.setTimeout(std::chrono::seconds(2));
+    store.set(fmt::format("saw/{}", rank()), "1");
+    while (true) {
+      failed.clear();
+      silent.clear();
+      for (int64_t r = 0; r < world_size(); ++r) {
+        if (r == rank()) continue;
+        if (store.check({fmt::format("failure/{}", r)})) {
+          const std::vector<uint8_t> bytes = store.get(fmt::format("failure/{}", r));
+          failed.push_back(fmt::format("rank {} failed first: {}", r, std::string(bytes.begin(), bytes.end())));
+        } else if (!store.check({fmt::format("saw/{}", r)})) {
+          silent.push_back(r);
+        }
+      }
+      if (!failed.empty() || silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception&) {
+    return impl_->launch.agent_store
+               ? "the launcher's rendezvous store cannot be reached either (the launcher stopped?)"
+               : "rank 0 stopped (or died) first: the rendezvous store it hosted is gone too; its output says why";
+  }
+  if (!failed.empty()) return fmt::format("{}", fmt::join(failed, "; "));
+  if (!silent.empty()) {
+    return fmt::format("rank {} stopped without a word (killed, out of memory, or crashed: its output, the "
+                       "launcher's or the kernel log (dmesg) says why)",
+                       fmt::join(silent, ", "));
+  }
+  return "every other rank lost a connection too (the network between the nodes?)";
 }
 
 }  // namespace stoker::dist

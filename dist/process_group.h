@@ -29,9 +29,19 @@ struct ProcessGroupOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   int64_t first_bucket_bytes = 1024 * 1024;
 
+  // Benchmarks only (bench/run_dist_bench.sh, STOKER_BENCH_GRAD_SYNC): "overlap" (the Reducer,
+  // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
+  // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
+  // apart, wrong for training, the compute-only baseline).
+  std::string grad_sync = "overlap";
+
   ProcessGroupOptions& with_timeout(std::chrono::milliseconds v) { timeout = v; return *this; }
+  ProcessGroupOptions& with_grad_sync(std::string v) { grad_sync = std::move(v); return *this; }
   ProcessGroupOptions& with_bucket_bytes(int64_t v) { bucket_bytes = v; return *this; }
 };
+
+// Whether a collective's error message says that the connection to a peer was lost or timed out.
+bool lost_connection(const std::string& message);
 
 class ProcessGroup {
  public:
@@ -53,6 +63,14 @@ class ProcessGroup {
 
   // Waits until every rank got here.
   void barrier();
+
+  // After this rank failed with `message`: leaves it in the rendezvous store, where the other ranks'
+  // explain_lost_peer finds it (best effort: quietly nothing when the store is gone).
+  void report_failure(const std::string& message);
+  // After a collective failed here for a lost connection: which rank stopped first and why, as a
+  // sentence ("rank 1 failed: ...", "rank 1 stopped without a word (...)"), from the reports the
+  // other ranks left in the store, waiting at most `wait` for the ranks that have not reported.
+  std::string explain_lost_peer(std::chrono::milliseconds wait = std::chrono::seconds(5));
 
  private:
   struct Impl;

@@ -1,6 +1,8 @@
 // Joining a data-parallel run (trainer/distributed.h).
 #include "trainer/distributed.h"
 
+#include <cstdlib>
+
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -34,7 +36,10 @@ Distributed start_distributed(Config& config, const dist::LaunchInfo& launch) {
     logger().set_level(spdlog::level::warn);
     logger().set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launch.rank));
   }
-  d.group = dist::ProcessGroup::join(launch, d.device);
+  dist::ProcessGroupOptions options;
+  // Benchmarks only: the gradient sync the Reducer's overlap is compared with (dist/process_group.h).
+  if (const char* sync = std::getenv("STOKER_BENCH_GRAD_SYNC")) options.grad_sync = sync;
+  d.group = dist::ProcessGroup::join(launch, d.device, options);
   config.data.shard_rank = launch.rank;
   config.data.shard_count = launch.world_size;
   logger().info("distributed: rank {} of {} ({}, {} backend, store at {}:{}); every rank trains on its "

@@ -221,7 +221,8 @@ std::vector<std::string> check_resume_config(const Config& config, const fs::pat
   if (saved_yaml.empty()) {
     return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
   }
-  const Config saved = parse_config(saved_yaml, checkpoint.string() + " (its saved config)");
+  Config saved = parse_config(saved_yaml, checkpoint.string() + " (its saved config)");
+  saved.data.shard_rank = config.data.shard_rank;  // each rank's own, not a change
   std::vector<std::string> lines, breaking;
   for (const ConfigDifference& d : config_differences(saved, config)) {
     lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
@@ -281,26 +282,24 @@ int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optio
   return trainer.state().step;
 }
 
-// Under a launcher, a collective that fails with a lost connection or a time-out means, almost
-// always, that another rank stopped or died first: say so, with the collective's own first line.
+// Under a launcher: when this rank fails, its error is left for the others (ProcessGroup::
+// report_failure); when a collective fails here for a lost connection, another rank stopped or died
+// first: the error says which and why (ProcessGroup::explain_lost_peer, within seconds).
 template <typename F>
 auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
   if (!d.group) return f();
   try {
     return f();
-  } catch (const Error&) {
-    throw;
   } catch (const std::exception& e) {
     const std::string what = e.what();
     const std::string first = what.substr(0, what.find('\n'));
-    bool lost = false;
-    for (const char* sign : {"Connection reset", "Connection closed", "Broken pipe", "imed out", "Timeout"}) {
-      lost = lost || first.find(sign) != std::string::npos;
+    if (!dist::lost_connection(first)) {
+      d.group->report_failure(first);
+      throw;
     }
-    if (!lost) throw;
-    STOKER_FAIL("rank {} of {}: a collective operation failed ({}); another rank has probably stopped or "
-                "died first: its output says why",
-                d.rank(), d.world_size(), first);
+    const std::string here = first.substr(0, first.find("; another rank has probably"));
+    STOKER_FAIL("rank {} of {}: {}; here, a collective operation failed: {}", d.rank(), d.world_size(),
+                d.group->explain_lost_peer(std::chrono::seconds(3)), here);
   }
 }
 
@@ -337,12 +336,8 @@ void record_final_results(Trainer& trainer, TrainOutcome& outcome) {
   }
 }
 
-}  // namespace
-
-TrainOutcome run_training(const TrainRequest& request) {
-  Config config = request.config;
-  // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
-  const Distributed distributed = start_distributed(config);
+// run_training once this process has joined its ranks (or is alone).
+TrainOutcome train_joined(const TrainRequest& request, Config& config, const Distributed& distributed) {
   const bool writes = distributed.writes();  // only rank 0 writes the run directory
   // Everything that can be checked is checked before the run directory is made.
   std::optional<fs::path> resume_from;
@@ -382,14 +377,54 @@ TrainOutcome run_training(const TrainRequest& request) {
                   trainer.state().epoch);
   }
   try {
-    outcome.fit = naming_peers(distributed, [&] { return trainer.fit(); });
+    outcome.fit = trainer.fit();
   } catch (const NonfiniteError& e) {
     const std::optional<CheckpointCallback::SavedCheckpoint> saved =
         checkpoints ? checkpoints->last_saved() : std::optional<CheckpointCallback::SavedCheckpoint>{};
     throw diverged(e, config, saved, resume_from, resumed_step);
   }
   record_final_results(trainer, outcome);
+  if (!writes && outcome.fit.interrupted) {
+    logger().warn("stopped with the other ranks at step {}; rank 0 saved the checkpoint", trainer.state().step);
+  }
   return outcome;
+}
+
+// data.shard_rank / shard_count of a run under a launcher are start_distributed's outputs, and its saved
+// config holds them: resumed from that config, they are cleared here (start_distributed sets them again
+// and refuses them otherwise), and the world size they record must be this launch's.
+void take_saved_shards(Config& config, const std::optional<fs::path>& checkpoint) {
+  if (!checkpoint || config.run.distributed == "off") return;
+  const std::string yaml = read_checkpoint_config(*checkpoint);
+  if (yaml.empty()) return;
+  const Config saved = parse_config(yaml, checkpoint->string() + " (its saved config)");
+  if (saved.run.distributed == "off") return;  // sharded by hand: checked as any other key
+  if (config.data.shard_count == saved.data.shard_count && config.data.shard_rank == saved.data.shard_rank) {
+    config.data.shard_rank = 0;
+    config.data.shard_count = 1;
+  }
+  const int64_t was = saved.data.shard_count, is = std::max<int64_t>(1, dist::launch_info_from_environment().world_size);
+  if (was == is) return;
+  const std::string how =
+      was == 1 ? std::string("as one process (no launcher)")
+               : fmt::format("on {} ranks, e.g. python -m torch.distributed.run --nproc-per-node {} --no-python "
+                             "trainer --resume {}",
+                             was, was, run_dir_of(*checkpoint).string());
+  STOKER_FAIL("cannot resume {} on {} process(es): it was trained by {} ranks (data.shard_count {} in its saved "
+              "config), and a different world size is not supported (each rank's position in the epoch and "
+              "the global batch depend on it); resume it {}",
+              checkpoint->string(), is, was, was, how);
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& request) {
+  Config config = request.config;
+  take_saved_shards(config, request.resume ? std::optional<fs::path>(resolve_checkpoint(*request.resume))
+                                           : std::nullopt);
+  // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
+  const Distributed distributed = start_distributed(config);
+  return naming_peers(distributed, [&] { return train_joined(request, config, distributed); });
 }
 
 StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup) {

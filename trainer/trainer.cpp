@@ -193,6 +193,7 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
   {
     trace::Scope traced("backward");
     backward(loss, accumulate);
+    if (data_parallel_) data_parallel_->after_backward(/*sync=*/update);
   }
   if (update) {
     trace::Scope traced("optimizer");
@@ -351,7 +352,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.data_seconds = t1 - t0;
     info.step_seconds = now_s() - t0;
     for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
-    if (stop_requested_.load() && info.optimizer_step && state_.batch_in_epoch < batches) {
+    if (info.optimizer_step && state_.batch_in_epoch < batches && stop_agreed(state_.step, false)) {
       interrupted = true;
       return;
     }
@@ -380,7 +381,7 @@ FitResult Trainer::fit() {
                state_.batch_in_epoch, train_->num_batches());
   for (auto& cb : callbacks_) cb->on_fit_start(*this);
   while (state_.epoch < options_.epochs && !result.interrupted) {
-    if (stop_requested_.load()) {
+    if (!data_parallel_ && stop_requested_.load()) {  // data parallel: agreed after the last epoch
       result.interrupted = true;
       break;
     }
@@ -401,14 +402,36 @@ FitResult Trainer::fit() {
     state_.batch_in_epoch = 0;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, er);
     result.epochs.push_back(er);
-    if (finish_requested_.load() && state_.epoch < options_.epochs) {
-      result.stopped_early = true;
-      break;
-    }
+    if (state_.epoch >= options_.epochs) break;
+    const bool stop = stop_agreed(state_.step, /*epoch_end=*/true);  // agrees on finish_requested_ too
+    result.stopped_early = finish_requested_.load();
+    result.interrupted = stop && !result.stopped_early;
+    if (result.stopped_early) break;
   }
   result.seconds = now_s() - fit_start;
   for (auto& cb : callbacks_) cb->on_fit_end(*this, result);
   return result;
+}
+
+std::vector<bool> Trainer::agree(const std::vector<bool>& flags) {
+  if (!data_parallel_) return flags;
+  std::vector<double> sums;
+  for (const bool f : flags) sums.push_back(f ? 1.0 : 0.0);
+  data_parallel_->sum(sums);
+  std::vector<bool> any;
+  for (const double n : sums) any.push_back(n > 0);
+  return any;
+}
+
+bool Trainer::stop_agreed(int64_t step, bool epoch_end) {
+  if (!data_parallel_) return stop_requested_.load();
+  if (!epoch_end && step % std::max<int64_t>(1, options_.stop_check_every) != 0) return false;
+  // At the end of an epoch, early stopping too: each rank decided on the same all-reduced evaluation,
+  // but one that did not must not train on alone.
+  const std::vector<bool> agreed = agree({stop_requested_.load(), epoch_end && finish_requested_.load()});
+  if (agreed[1]) finish_requested_.store(true);
+  if (agreed[0]) stop_requested_.store(true);
+  return agreed[0];
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------

@@ -98,6 +98,9 @@ struct TrainerOptions {
   torch::Device device = torch::kCPU;
   // What an inf/NaN loss, gradient or weight does: stop the run (default) or skip the step.
   NonfiniteOptions nonfinite;
+  // Data parallel: how often (in optimizer steps) the ranks agree on stop requests (a signal on any
+  // rank stops all at the same step); each check is a small all-reduce that waits for the step.
+  int64_t stop_check_every = 1;
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
@@ -173,7 +176,9 @@ class Trainer {
   EvalResult evaluate_ema();
   // Trains from state() to the last epoch, evaluating after each epoch.
   FitResult fit();
-  // Asks fit() to stop after the current step (safe from a signal handler or another thread).
+  // Asks fit() to stop after the current step (safe from a signal handler or another thread). Data
+  // parallel: all ranks stop at the first step after it where they agree (options.stop_check_every),
+  // and early stopping (request_finish) is agreed at the end of the epoch.
   void request_stop() { stop_requested_.store(true); }
   // Asks fit() to end after the current epoch as a finished run, not an interrupted one (early
   // stopping).
@@ -229,6 +234,11 @@ class Trainer {
   // The step as a warm-up, capture or replay of the CUDA graph; nothing when it must run eagerly.
   std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
+  // Whether to stop after optimizer step `step`: the request as it is alone; data parallel, the ranks'
+  // requests combined at every stop_check_every-th step (and at `epoch_end`), false in between.
+  bool stop_agreed(int64_t step, bool epoch_end);
+  // Data parallel: whether any rank asks for each of `flags` (a small all-reduce); alone: `flags`.
+  std::vector<bool> agree(const std::vector<bool>& flags);
   std::vector<CheckpointPart> checkpoint_parts();
   void check_weights_finite();  // throws NonfiniteError when a weight (or its EMA) is inf/NaN
   void save_buffers();     // train.on_nonfinite: skip: the module's buffers before a step
