@@ -24,7 +24,9 @@ double max_relative_difference(const torch::Tensor& got, const torch::Tensor& wa
 TEST(TorchScript, EveryRegisteredModelTracesToItsForwardAndLoadsBack) {
   testing::TempDir dir;
   torch::manual_seed(3);
-  for (const std::string& type : model_registry().names()) {
+  // Stoker's own models (models/registry.cpp; other tests register more in this process).
+  for (const std::string type : {"compact_resnet", "mlp", "cifar_resnet20", "cifar_resnet56", "resnet18", "resnet34",
+                                  "resnet50", "resnet101"}) {
     SCOPED_TRACE(type);
     torch::nn::AnyModule model = create_model(model_options(type), ModelShape{3, 10});
     model.ptr()->eval();

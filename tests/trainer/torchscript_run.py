@@ -3,7 +3,8 @@
 usage: torchscript_run.py MODEL.pt INPUT.f32 N,C,H,W OUT_DIR
 Loads MODEL.pt with torch.jit.load, runs it in eval mode on the float32 input (raw, native byte
 order, N*C*H*W values) and writes OUT_DIR/logits.txt (one value per line, row-major) and
-OUT_DIR/state_dict.txt (one "name shape" line per entry of the module's state_dict).
+OUT_DIR/state_dict.txt (one "name shape" line per entry of the module's state_dict, the shape
+as 16x8x3x3, or "scalar").
 """
 import sys
 
@@ -24,7 +25,7 @@ def main():
             f.write("%.17g\n" % v)
     with open(out_dir + "/state_dict.txt", "w") as f:
         for name, t in model.state_dict().items():
-            f.write("%s %s\n" % (name, "x".join(str(s) for s in t.shape)))
+            f.write("%s %s\n" % (name, "x".join(str(s) for s in t.shape) or "scalar"))
 
 
 if __name__ == "__main__":
