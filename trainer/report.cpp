@@ -369,7 +369,7 @@ std::string doctor_section(const RunData& run) {
                                   : std::string("compute-bound");
   return fmt::format("<div class='chart'>{}</div><table><tr><th>rung</th><th>samples/s</th>"
                      "<th>vs device-cached</th><th>waiting for data</th></tr>{}</table><p>{} ({}, batch {:g}, "
-                     "{:g} worker(s))</p><pre>{}</pre>",
+                     "{:g} worker(s))</p><pre style='white-space:pre-wrap'>{}</pre>",
                      doctor_bars(d), rows, escape_html(verdict), escape_html(text("device")),
                      doctor_number(d, "", "batch_size"), doctor_number(d, "", "workers"),
                      escape_html(text("diagnosis")));
