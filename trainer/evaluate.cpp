@@ -218,6 +218,22 @@ std::pair<int64_t, int64_t> recipe_input_size(const Config& config) {
   return {pipeline.out_height(), pipeline.out_width()};
 }
 
+// Every tensor of `model` in the dtype a freshly built one (`fresh`) has it, floating point ones in
+// float32: a bf16-true run's weights widen exactly, and its integer buffers (batch norm's
+// num_batches_tracked), which prepare_model's Module::to made bfloat16, are int64 again.
+void float32_as_built(torch::nn::AnyModule& model, const torch::nn::AnyModule& fresh) {
+  torch::NoGradGuard no_grad;
+  const auto built = fresh.ptr()->named_buffers();
+  for (torch::Tensor t : model.ptr()->parameters()) {
+    if (t.scalar_type() != torch::kFloat32) t.set_data(t.to(torch::kFloat32));
+  }
+  for (const auto& b : model.ptr()->named_buffers()) {
+    const torch::Tensor& as_built = built[b.key()];
+    const torch::ScalarType dtype = as_built.is_floating_point() ? torch::kFloat32 : as_built.scalar_type();
+    if (b.value().scalar_type() != dtype) b.value().set_data(b.value().to(dtype));
+  }
+}
+
 // TorchScript of the checkpoint's (EMA) weights: on the CPU, float32 and contiguous (whatever the
 // run's precision and channels-last: the file is for any consumer, and a bf16-true run's weights
 // widen exactly), in eval mode, traced on the recipe's input size.
@@ -230,17 +246,7 @@ void export_torchscript(Config config, const ExportRequest& r) {
   load.use_ema = r.use_ema;
   const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
   torch::nn::AnyModule& model = m->model;
-  {
-    // Floating-point tensors to float32 (a bf16-true run's weights widen exactly); integer buffers
-    // (batch norm's num_batches_tracked) keep their dtype, which Module::to(dtype) would not.
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor t : model.ptr()->parameters()) {
-      if (t.is_floating_point()) t.set_data(t.to(torch::kFloat32));
-    }
-    for (torch::Tensor t : model.ptr()->buffers()) {
-      if (t.is_floating_point()) t.set_data(t.to(torch::kFloat32));
-    }
-  }
+  float32_as_built(model, make_model(config, channels));
   // Normalised inputs are about N(0, 1); the check batch has another size than the traced one.
   torch::Generator generator = at::detail::createCPUGenerator(config.run.seed);
   const torch::Tensor example = at::randn({2, channels, height, width}, generator);

@@ -1,5 +1,6 @@
 // `trainer export --format torchscript` of real checkpoints (compact_resnet with its EMA weights,
-// torchvision-layout resnet18 on a small input): the file loads with torch::jit::load in C++ and
+// torchvision-layout resnet18 on a small input; a bf16-true channels-last run, which exports float32
+// weights): the file loads with torch::jit::load in C++ and
 // (suite ExportPython) torch.jit.load in Python, whose logits equal the C++ model's and whose
 // softmax equals `trainer predict`'s probabilities on the same image.
 #include <fmt/ranges.h>
@@ -85,6 +86,44 @@ TestImage make_test_image(const fs::path& dir) {
   torch::manual_seed(11);
   t.input = torch::cat({(image / 255 - 0.5) / 0.3, torch::randn({2, 1, 12, 12})}).contiguous();
   return t;
+}
+
+// A bf16-true, channels-last run exports float32, contiguous weights (integer buffers stay int64)
+// that torch::jit::load runs; without the recipe's data there is no input size to trace on, and the
+// error says so.
+TEST(Export, Bf16ChannelsLastRunExportsFloat32AndMissingDataIsAClearError) {
+  testing::TempDir data, runs;
+  testing::write_synthetic_idx_dataset(data.path(), 64, 32, 12);
+  TrainRequest request;
+  request.config = testing::tiny_config(data.path(), runs.path());
+  request.config.train.epochs = 1;
+  request.config.train.precision = parse_precision("bf16-true");
+  request.config.train.channels_last = true;
+  const TrainedRun run{request.config, run_training(request).run_dir / "checkpoints" / "last.pt"};
+  torch::jit::Module loaded = torch::jit::load(export_torchscript(run, false, runs.path() / "bf16.pt").string());
+  for (const auto& p : loaded.named_parameters()) {
+    EXPECT_EQ(p.value.scalar_type(), torch::kFloat32) << p.name;
+    EXPECT_TRUE(p.value.is_contiguous()) << p.name;
+  }
+  for (const auto& b : loaded.named_buffers()) {
+    const bool counter = b.name.find("num_batches_tracked") != std::string::npos;
+    EXPECT_EQ(b.value.scalar_type(), counter ? torch::kInt64 : torch::kFloat32) << b.name;
+  }
+  loaded.eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = loaded.forward({torch::randn({5, 1, 12, 12})}).toTensor();
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{5, 10}));
+  EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
+
+  ExportRequest e;
+  e.checkpoint = run.checkpoint;
+  e.format = "torchscript";
+  e.output = runs.path() / "x.pt";
+  e.overrides = {"data.root=" + (runs.path() / "nowhere").string()};
+  const std::string error = testing::error_of([&] { export_checkpoint(e); });
+  EXPECT_CONTAINS(error, "traces the model on the recipe's input size, which comes from its test data");
+  EXPECT_CONTAINS(error, "or export --format state_dict");
+  EXPECT_FALSE(fs::exists(e.output));
 }
 
 class ExportPython : public ::testing::Test {
