@@ -119,6 +119,8 @@ void doctor_flags(CLI::App& app, Args& a) {
   value_flag(app, "--tune-budget", a.tune_budget, "SECONDS", "time --tune may take (default 90)")
       ->check(CLI::PositiveNumber);
   value_flag(app, "--trace", a.trace, "FILE", "write the full rung's timeline there (Trace Event JSON, ui.perfetto.dev)");
+  value_flag(app, "--save-to", a.save_to, "RUN_DIR",
+             "also save the ladder as RUN_DIR/doctor.json, which `trainer report RUN_DIR` shows");
   app.add_flag("--batch", a.batch, "find the batch size with the most samples/s that fits in memory");
   value_flag(app, "--max-batch", a.max_batch, "N", "largest batch --batch tries (default 4096)")->check(positive_whole_number());
   value_flag(app, "--memory-budget", a.memory_budget_mb, "MB",
@@ -158,7 +160,7 @@ void report_flags(CLI::App& app, Args& a) {
 void export_flags(CLI::App& app, Args& a) {
   checkpoint_flag(app, a);
   value_flag(app, "--format", a.format, "state_dict|torchscript",
-             "state_dict (torch.save format; default); torchscript is not implemented yet")
+             "state_dict (torch.save format; default) or torchscript (torch.jit.load / torch::jit::load)")
       ->check(one_of({"state_dict", "torchscript"}));
   app.add_flag("--ema", a.ema, "export the checkpoint's EMA weights (train.ema_decay)");
   value_flag(app, "--output", a.output_file, "FILE", "the file to write")->required();
@@ -207,18 +209,24 @@ const Subcommand kSubcommands[] = {
      "decoded-cached, raw-cached, full), prints samples/s, the input wait and per-stage costs\n"
      "of each, then a diagnosis computed from them: input-bound or compute-bound, where, why,\n"
      "and the remedy with its predicted effect; one JSON line last. --tune searches the\n"
-     "loader's settings, --batch the batch size, both by measurement.",
+     "loader's settings, --batch the batch size, both by measurement. --save-to RUN_DIR keeps\n"
+     "the ladder in that run directory (doctor.json) for `trainer report`.",
      doctor_flags, stoker::apps::doctor},
     {"report", "write an HTML report of a run (curves, config, environment)",
      "Writes one self-contained HTML page (inline SVG, no scripts, no network) of a run:\n"
      "training loss and learning rate by step, test top-1/top-5/loss by epoch (EMA too),\n"
-     "samples/s, data wait, TFLOP/s, MFU and GPU telemetry over time, the input pipeline's\n"
-     "time per stage, the resolved config and the environment. --compare overlays other runs.",
+     "samples/s, data wait, GPU idle, TFLOP/s, MFU and GPU telemetry over time, the input\n"
+     "pipeline's time per stage, the doctor's ladder (doctor.json, from `trainer doctor\n"
+     "--save-to RUN_DIR`), the resolved config and the environment. --compare overlays other runs.",
      report_flags, stoker::apps::report},
-    {"export", "write a checkpoint's weights for Python (torch.load)",
-     "Writes a checkpoint's weights (or, with --ema, its EMA weights) as a state dict in the\n"
-     "torch.save format: torch.load(FILE) in Python, then model.load_state_dict(...);\n"
-     "torchvision names for the torchvision-layout ResNets.",
+    {"export", "write a checkpoint's model for Python or C++ (TorchScript, or a state dict)",
+     "Writes a checkpoint's weights (or, with --ema, its EMA weights).\n"
+     "--format state_dict: a state dict in the torch.save format: torch.load(FILE) in Python,\n"
+     "then model.load_state_dict(...); torchvision names for the torchvision-layout ResNets.\n"
+     "--format torchscript: the whole model, traced in eval mode with float32 weights on the\n"
+     "recipe's input size (its test data through data.eval_transforms, so the data must be\n"
+     "there): torch.jit.load(FILE) in Python, torch::jit::load in C++; inputs normalised as\n"
+     "data.mean / data.std say. ONNX from there: torch.onnx.export(torch.jit.load(FILE), ...).",
      export_flags, stoker::apps::export_weights},
 };
 

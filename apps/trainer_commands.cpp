@@ -251,6 +251,10 @@ int doctor(const Args& args) {
   std::fputs(stoker::format_ladder(ladder).c_str(), stdout);
   std::printf("%s\n", stoker::ladder_json(ladder).c_str());
   std::fflush(stdout);
+  if (!args.save_to.empty()) {
+    const std::filesystem::path saved = stoker::save_ladder(ladder, args.save_to);
+    stoker::logger().info("doctor: saved the ladder to {}; `trainer report {}` shows it", saved.string(), args.save_to);
+  }
   if (args.tune) {
     stoker::TuneOptions tune;
     tune.budget_seconds = args.tune_budget;

@@ -26,6 +26,7 @@ struct Args {
   double tune_budget = 90;             // doctor --tune: seconds
   bool batch = false;                  // doctor
   std::string trace;                   // doctor: timeline of the full rung
+  std::string save_to;                 // doctor --save-to: a run directory for doctor.json
   int64_t max_batch = 4096;            // doctor --batch
   int64_t memory_budget_mb = 0;        // doctor: caches (and --batch on the CPU); 0 = half the free memory
   std::string checkpoint;              // eval, predict

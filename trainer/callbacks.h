@@ -35,6 +35,9 @@ class MetricsCallback : public Callback {
   void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
   void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
   void on_fit_end(Trainer& trainer, const FitResult& result) override;
+  // The GPU idle share of the last logged window (the Trainer's, taken at each logging step), < 0
+  // when not measured (the CPU). The TensorBoard callback, added after this one, logs it.
+  double gpu_idle() const { return gpu_idle_; }
 
  private:
   void reset_window();

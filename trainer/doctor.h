@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,10 @@ Diagnosis diagnose(const LadderContext& context, const std::vector<RungResult>& 
 // The ladder as a table and the diagnosis, for people; and as one JSON line.
 std::string format_ladder(const LadderResult& result);
 std::string ladder_json(const LadderResult& result);
+// `trainer doctor --save-to RUN_DIR`: ladder_json's fields and the diagnosis ("diagnosis", its lines
+// joined by newlines) as RUN_DIR/doctor.json, which `trainer report RUN_DIR` shows. Returns the
+// file; an error when RUN_DIR is not a directory.
+std::filesystem::path save_ladder(const LadderResult& result, const std::filesystem::path& run_dir);
 
 // ---- tuning ----
 struct TuneOptions {

@@ -4,10 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "common/atomic_write.h"
+#include "common/error.h"
 #include "trainer/doctor.h"
 #include "trainer/logging.h"
 
 namespace stoker {
+namespace fs = std::filesystem;
 namespace {
 
 constexpr double kInputBoundRatio = 0.9;  // full below this share of the ceiling: input-bound
@@ -250,7 +253,9 @@ std::string format_ladder(const LadderResult& result) {
   return out;
 }
 
-std::string ladder_json(const LadderResult& result) {
+namespace {
+
+JsonLine ladder_json_line(const LadderResult& result) {
   JsonLine json;
   const LadderContext& c = result.context;
   json.add("device", c.device).add("batch_size", c.batch_size).add("workers", c.workers).add("cores", c.cores);
@@ -268,7 +273,22 @@ std::string ladder_json(const LadderResult& result) {
   json.add("input_bound", result.diagnosis.input_bound)
       .add("bottleneck", result.diagnosis.bottleneck)
       .add("suggested_workers", result.diagnosis.suggested_workers);
-  return json.str();
+  return json;
+}
+
+}  // namespace
+
+std::string ladder_json(const LadderResult& result) { return ladder_json_line(result).str(); }
+
+fs::path save_ladder(const LadderResult& result, const fs::path& run_dir) {
+  STOKER_CHECK(fs::is_directory(run_dir),
+               "doctor --save-to {}: no such directory; pass a run directory (runs/<name>/<timestamp>)",
+               run_dir.string());
+  std::string diagnosis;
+  for (const std::string& line : result.diagnosis.lines) diagnosis += (diagnosis.empty() ? "" : "\n") + line;
+  const fs::path file = run_dir / "doctor.json";
+  write_file_atomically(file, ladder_json_line(result).add("diagnosis", diagnosis).str() + "\n");
+  return file;
 }
 
 }  // namespace stoker

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
@@ -12,8 +13,10 @@
 #include "data/pipeline.h"
 #include "data/transform_options.h"
 #include "models/state_dict.h"
+#include "models/torchscript.h"
 #include "optim/ema.h"
 #include "trainer/factory.h"
+#include "trainer/logging.h"
 #include "trainer/run.h"
 
 namespace stoker {
@@ -194,13 +197,76 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   return out;
 }
 
+namespace {
+
+// The recipe's input size {height, width}: its test split through data.eval_transforms, as the
+// loader sizes its batches.
+std::pair<int64_t, int64_t> recipe_input_size(const Config& config) {
+  std::shared_ptr<data::Dataset> dataset;
+  try {
+    dataset = make_dataset(config, "test");
+  } catch (const std::exception& e) {
+    STOKER_FAIL("export --format torchscript traces the model on the recipe's input size, which comes from its test "
+                "data: {}\nmake the data available (data.root, or --set data.root=...), or export --format state_dict",
+                e.what());
+  }
+  const data::SamplePipeline pipeline(
+      dataset, data::SamplePipelineOptions().set_transforms(data::make_transform_pipeline(config.data.eval_transforms)));
+  STOKER_CHECK(pipeline.fixed_output(),
+               "export --format torchscript needs a fixed input size, and the test images vary in size with no "
+               "fixed-size crop in data.eval_transforms; add one (e.g. a center_crop) or export --format state_dict");
+  return {pipeline.out_height(), pipeline.out_width()};
+}
+
+// Every tensor of `model` in the dtype a freshly built one (`fresh`) has it, floating point ones in
+// float32: a bf16-true run's weights widen exactly, and its integer buffers (batch norm's
+// num_batches_tracked), which prepare_model's Module::to made bfloat16, are int64 again.
+void float32_as_built(torch::nn::AnyModule& model, const torch::nn::AnyModule& fresh) {
+  torch::NoGradGuard no_grad;
+  const auto built = fresh.ptr()->named_buffers();
+  for (torch::Tensor t : model.ptr()->parameters()) {
+    if (t.scalar_type() != torch::kFloat32) t.set_data(t.to(torch::kFloat32));
+  }
+  for (const auto& b : model.ptr()->named_buffers()) {
+    const torch::Tensor& as_built = built[b.key()];
+    const torch::ScalarType dtype = as_built.is_floating_point() ? torch::kFloat32 : as_built.scalar_type();
+    if (b.value().scalar_type() != dtype) b.value().set_data(b.value().to(dtype));
+  }
+}
+
+// TorchScript of the checkpoint's (EMA) weights: on the CPU, float32 and contiguous (whatever the
+// run's precision and channels-last: the file is for any consumer, and a bf16-true run's weights
+// widen exactly), in eval mode, traced on the recipe's input size.
+void export_torchscript(Config config, const ExportRequest& r) {
+  config.train.channels_last = false;
+  const auto channels = static_cast<int64_t>(config.data.mean.size());
+  const auto [height, width] = recipe_input_size(config);
+  PredictRequest load;
+  load.checkpoint = r.checkpoint;
+  load.use_ema = r.use_ema;
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
+  torch::nn::AnyModule& model = m->model;
+  float32_as_built(model, make_model(config, channels));
+  // Normalised inputs are about N(0, 1); the check batch has another size than the traced one.
+  torch::Generator generator = at::detail::createCPUGenerator(config.run.seed);
+  const torch::Tensor example = at::randn({2, channels, height, width}, generator);
+  const torch::Tensor check = at::randn({3, channels, height, width}, generator);
+  const std::string what = fmt::format("model.type {}", config.model.type());
+  torch::jit::Module traced = models::trace_to_torchscript(
+      *model.ptr(), [&](const torch::Tensor& x) { return model.forward(x); }, example, check, what);
+  traced.save(r.output.string());
+  logger().info("exported {} ({}weights of {}) as TorchScript for input [N, {}, {}, {}] float32 to {}", what,
+                r.use_ema ? "EMA " : "", r.checkpoint.string(), channels, height, width, r.output.string());
+}
+
+}  // namespace
+
 void export_checkpoint(const ExportRequest& r) {
-  STOKER_CHECK(r.format == "state_dict",
-               "export --format {} is not implemented yet (issue #13); export --format state_dict and "
-               "trace it in Python (torch.jit.trace) or export it to ONNX (torch.onnx.export)",
-               r.format);
+  STOKER_CHECK(r.format == "state_dict" || r.format == "torchscript",
+               "export --format {}: unknown format; use torchscript or state_dict", r.format);
   STOKER_CHECK(!r.output.empty(), "export needs an output file (--output FILE)");
   Config config = predict_config(r);
+  if (r.format == "torchscript") return export_torchscript(std::move(config), r);
   config.train.channels_last = false;  // plain contiguous tensors in the file
   PredictRequest load;
   load.checkpoint = r.checkpoint;

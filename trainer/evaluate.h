@@ -1,6 +1,7 @@
 // Evaluation: counting top-k hits, a model's loss, top-1 and top-5 over a loader, epoch metrics by
 // name (checkpoint.best_metric, train.early_stopping.metric), and the library side of
-// `trainer eval` (a checkpoint on the config's test split) and `trainer predict` (image files).
+// `trainer eval` (a checkpoint on the config's test split), `trainer predict` (image files) and
+// `trainer export` (TorchScript or a state dict).
 #pragma once
 
 #include <cstdint>
@@ -79,13 +80,15 @@ struct ExportRequest {
   std::optional<std::filesystem::path> config_file;  // as PredictRequest: default the checkpoint's
   std::vector<std::string> overrides;
   // state_dict: torch.save format (models/state_dict.h; torchvision names for the torchvision-layout
-  // ResNets). torchscript: not implemented yet, an error saying what to do instead.
+  // ResNets), in the run's dtype. torchscript: the model traced by libtorch's C++ tracer
+  // (models/torchscript.h) in eval mode, float32, contiguous, on the recipe's input size (its test
+  // data through data.eval_transforms); torch.jit.load / torch::jit::load.
   std::string format = "state_dict";
   bool use_ema = false;  // the checkpoint's EMA weights
   std::filesystem::path output;
 };
-// Loads the checkpoint's weights (or EMA weights) into the configured model on the CPU, in the
-// dtype the run trained in, and writes them to request.output.
+// Loads the checkpoint's weights (or EMA weights) into the configured model on the CPU and writes
+// them to request.output in request.format.
 void export_checkpoint(const ExportRequest& request);
 
 }  // namespace stoker

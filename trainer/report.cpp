@@ -111,6 +111,8 @@ RunData read_run(const fs::path& dir) {
   run.config_yaml = read_text(dir / "config.yaml");
   const std::string environment = read_text(dir / "environment.json");
   if (!environment.empty()) run.environment = parse_metrics_line(environment, (dir / "environment.json").string());
+  const std::string doctor = read_text(dir / "doctor.json");
+  if (!doctor.empty()) run.doctor = parse_metrics_line(doctor, (dir / "doctor.json").string());
   return run;
 }
 
@@ -262,6 +264,7 @@ const std::vector<Plot>& plots() {
       {"Test loss", true, {{"test_loss", "loss"}, {"ema_test_loss", "EMA loss"}}},
       {"Samples/s", false, {{"samples_per_s", "samples/s"}}},
       {"Data wait (share of step time)", false, {{"data_wait", "data wait"}}, true},
+      {"GPU idle between steps (share of GPU time)", false, {{"gpu_idle", "GPU idle"}}, true},
       {"Achieved TFLOP/s", false, {{"tflops", "TFLOP/s"}}},
       {"MFU", false, {{"mfu", "MFU"}}, true},
       {"GPU utilisation (%)", false, {{"gpu_utilization", "utilisation"}}},
@@ -311,6 +314,67 @@ std::string environment_table(const RunData& run) {
   return "<table>" + rows + "</table>";
 }
 
+// The ladder's rungs in order, as `trainer doctor` names them.
+const char* const kRungs[] = {"device-cached", "host-cached", "decoded-cached", "raw-cached", "full"};
+
+// A number of doctor.json for rung `rung` ("device-cached", field "samples_per_s" ->
+// "device_cached_samples_per_s"), or the top-level `field` when rung is empty; NaN when absent.
+double doctor_number(const MetricsRecord& d, std::string rung, const std::string& field) {
+  std::replace(rung.begin(), rung.end(), '-', '_');
+  const auto it = d.numbers.find(rung.empty() ? field : rung + "_" + field);
+  return it == d.numbers.end() ? NAN : it->second;
+}
+
+// Samples/s per rung as horizontal bars.
+std::string doctor_bars(const MetricsRecord& d) {
+  double top = 0;
+  for (const char* rung : kRungs) {
+    const double sps = doctor_number(d, rung, "samples_per_s");
+    if (!std::isnan(sps)) top = std::max(top, sps);
+  }
+  std::string bars;
+  double y = 34;
+  for (const char* rung : kRungs) {
+    const double sps = doctor_number(d, rung, "samples_per_s");
+    if (std::isnan(sps)) continue;
+    const double width = top > 0 ? std::max(1.0, 380 * sps / top) : 1.0;
+    bars += fmt::format("<text x='10' y='{:.0f}' font-size='12'>{}</text><rect x='120' y='{:.0f}' width='{:.1f}' "
+                        "height='16' fill='{}'><title>{}: {:.1f} samples/s</title></rect><text x='{:.0f}' y='{:.0f}' "
+                        "font-size='11'>{:.1f}/s</text>",
+                        y + 12, rung, y, width, kPalette[0], rung, sps, 126 + width, y + 12, sps);
+    y += 24;
+  }
+  return fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{:.0f}' viewBox='0 0 {} {:.0f}'>"
+                     "<text x='10' y='18' font-size='14' font-weight='bold'>Doctor's ladder: samples/s by what is "
+                     "cached</text>{}</svg>",
+                     kWidth, y + 8, kWidth, y + 8, bars);
+}
+
+// The doctor's ladder (doctor.json, written by `trainer doctor --save-to RUN_DIR`): the bars, the
+// table and the diagnosis; "" when the run has none.
+std::string doctor_section(const RunData& run) {
+  const MetricsRecord& d = run.doctor;
+  if (d.numbers.empty() && d.strings.empty()) return "";
+  auto text = [&](const char* key) { return d.strings.count(key) ? d.strings.at(key) : std::string(); };
+  std::string rows;
+  for (const char* rung : kRungs) {
+    const double sps = doctor_number(d, rung, "samples_per_s");
+    rows += std::isnan(sps) ? fmt::format("<tr><th>{}</th><td colspan='3'>not measured</td></tr>", rung)
+                            : fmt::format("<tr><th>{}</th><td>{:.1f}</td><td>{:.2f}</td><td>{:.0f}%</td></tr>", rung,
+                                          sps, doctor_number(d, rung, "ratio"),
+                                          100 * doctor_number(d, rung, "wait_share"));
+  }
+  const std::string verdict = doctor_number(d, "", "input_bound") == 1
+                                  ? "input-bound; the biggest loss: " + text("bottleneck")
+                                  : std::string("compute-bound");
+  return fmt::format("<div class='chart'>{}</div><table><tr><th>rung</th><th>samples/s</th>"
+                     "<th>vs device-cached</th><th>waiting for data</th></tr>{}</table><p>{} ({}, batch {:g}, "
+                     "{:g} worker(s))</p><pre style='white-space:pre-wrap'>{}</pre>",
+                     doctor_bars(d), rows, escape_html(verdict), escape_html(text("device")),
+                     doctor_number(d, "", "batch_size"), doctor_number(d, "", "workers"),
+                     escape_html(text("diagnosis")));
+}
+
 std::string run_summary(const RunData& run) {
   if (run.epochs.empty()) return fmt::format("<li>{}: no epoch finished</li>", escape_html(run.name));
   const MetricsRecord& last = run.epochs.back();
@@ -333,9 +397,11 @@ std::string report_html(const std::vector<RunData>& runs) {
     if (optional && !has_data(chart)) continue;
     charts += "<div class='chart'>" + svg_line_chart(chart) + "</div>\n";
   }
-  std::string summary, details;
+  std::string summary, details, doctors;
   for (const RunData& run : runs) {
     summary += run_summary(run);
+    const std::string doctor = doctor_section(run);
+    if (!doctor.empty()) doctors += fmt::format("<h3>{}</h3>{}", escape_html(run.name), doctor);
     details += fmt::format("<h3>{}</h3><p><code>{}</code></p><h4>Environment</h4>{}<h4>Resolved config</h4><pre>{}</pre>",
                            escape_html(run.name), escape_html(run.dir.string()), environment_table(run),
                            escape_html(run.config_yaml.empty() ? "(no config.yaml)" : run.config_yaml));
@@ -345,8 +411,9 @@ std::string report_html(const std::vector<RunData>& runs) {
       "<style>body{{font-family:sans-serif;margin:24px;color:#222}} .charts{{display:flex;flex-wrap:wrap;gap:12px}}"
       " .chart{{border:1px solid #ddd;border-radius:4px}} pre{{background:#f6f6f6;padding:8px;overflow:auto}}"
       " th{{text-align:left;padding-right:12px}}</style></head>\n<body><h1>Stoker report: {}</h1><ul>{}</ul>\n"
-      "<div class='charts'>\n{}</div>\n<h2>Runs</h2>{}</body></html>\n",
-      escape_html(runs[0].name), escape_html(runs[0].name), summary, charts, details);
+      "<div class='charts'>\n{}</div>\n{}<h2>Runs</h2>{}</body></html>\n",
+      escape_html(runs[0].name), escape_html(runs[0].name), summary, charts,
+      doctors.empty() ? "" : "<h2>trainer doctor</h2>" + doctors, details);
 }
 
 fs::path write_report(const ReportRequest& request) {

@@ -1,10 +1,13 @@
 // `trainer report`: one self-contained report.html from run directories, for a person to look at.
-// - read_run: what a run directory holds (metrics.jsonl, config.yaml, environment.json).
+// - read_run: what a run directory holds (metrics.jsonl, config.yaml, environment.json and, when
+//   `trainer doctor --save-to` put one there, doctor.json).
 // - svg_line_chart: a line chart as inline SVG (axes, ticks, legend), written here.
 // - report_html / write_report: the page: training loss and learning rate by step, test top-1,
-//   top-5 and loss by epoch (EMA too), samples/s and data wait over time, TFLOP/s, MFU and GPU
-//   telemetry when measured, the input pipeline's time per stage by epoch, the resolved config and
-//   the environment; with several runs, each chart overlays them (one colour per run).
+//   top-5 and loss by epoch (EMA too), samples/s and data wait over time, GPU idle (gpu_idle),
+//   TFLOP/s, MFU and GPU telemetry when measured, the input pipeline's time per stage by epoch, the
+//   doctor's ladder (samples/s per rung as bars, its table and diagnosis) when the run has one, the
+//   resolved config and the environment; with several runs, each chart overlays them (one colour
+//   per run).
 //
 // Why hand-written: the page must open without a network (no CDN scripts), and the charts are
 // plain polylines; a vendored chart library would be more code than the SVG it saves.
@@ -33,6 +36,7 @@ struct RunData {
   std::vector<MetricsRecord> steps, epochs;  // "kind":"step" and "kind":"epoch" lines
   std::string config_yaml;                   // config.yaml; empty when missing
   MetricsRecord environment;                 // environment.json; empty when missing
+  MetricsRecord doctor;  // doctor.json (`trainer doctor --save-to RUN_DIR`); empty when missing
 };
 
 // Reads a run directory; it must hold metrics.jsonl (an error saying so otherwise).

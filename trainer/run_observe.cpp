@@ -102,8 +102,9 @@ void add_logging_callbacks(Trainer& trainer, const Config& config, const fs::pat
   metrics.train_flops_per_sample = efficiency.train_flops_per_sample;
   metrics.peak_flops = efficiency.peak_flops;
   if (telemetry) metrics.telemetry = [telemetry](int64_t step) { return telemetry->at_step(step); };
-  trainer.add_callback(std::make_shared<MetricsCallback>(run_dir / "metrics.jsonl", live_progress,
-                                                         config.train.log_every_steps, metrics));
+  const auto metrics_callback = std::make_shared<MetricsCallback>(run_dir / "metrics.jsonl", live_progress,
+                                                                  config.train.log_every_steps, metrics);
+  trainer.add_callback(metrics_callback);
   if (!config.logging.tensorboard) return;
   TensorBoardOptions tb;
   tb.log_every_steps = config.train.log_every_steps;
@@ -115,6 +116,10 @@ void add_logging_callbacks(Trainer& trainer, const Config& config, const fs::pat
     Trainer* t = &trainer;
     callback->add_source([telemetry, t] { return telemetry_scalars(telemetry->at_step(t->state().step)); });
   }
+  // GPU idle: reading it consumes the Trainer's CUDA-event window, so the metrics callback takes it
+  // and this one logs the same value; callbacks run in the order added, so at a logging step the
+  // metrics callback has already taken this window's reading.
+  callback->add_source([metrics_callback] { return gpu_idle_scalars(metrics_callback->gpu_idle()); });
   logger().info("TensorBoard: {} (tensorboard --logdir {})", callback->writer().path().string(),
                 config.run.dir);
   trainer.add_callback(callback);

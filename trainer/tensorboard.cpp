@@ -232,6 +232,11 @@ TensorBoardCallback::TensorBoardCallback(const std::filesystem::path& folder, Te
   logger().debug("TensorBoard events: {}", writer_.path().string());
 }
 
+std::vector<Scalar> gpu_idle_scalars(double idle) {
+  if (idle < 0) return {};
+  return {{"train/gpu_idle", idle}};
+}
+
 bool TensorBoardCallback::due(const StepInfo& s) const {
   return s.optimizer_step && (s.step % options_.log_every_steps == 0 || s.batch + 1 == s.batches);
 }

@@ -95,10 +95,15 @@ struct ScalerReading {
 // training thread, so it should return quickly (e.g. the latest sample of a background sampler).
 using ScalarSource = std::function<std::vector<Scalar>()>;
 
+// train/gpu_idle (the share of GPU time idle between steps, metrics.jsonl's gpu_idle) when
+// measured (`idle` >= 0), else nothing: a ScalarSource's result.
+std::vector<Scalar> gpu_idle_scalars(double idle);
+
 // Logs, at the global optimizer step (the x axis of every tag, as "step" in metrics.jsonl):
 // - every log_every_steps steps and at the end of each epoch: train/loss, train/lr,
 //   train/samples_per_s, train/data_wait (since the last logged step), train/loss_scale and
-//   train/skipped_steps (fp16-mixed), perf/tflops and perf/mfu (when set), and the sources' scalars;
+//   train/skipped_steps (fp16-mixed), perf/tflops and perf/mfu (when set), and the sources' scalars
+//   (run_observe.cpp adds GPU telemetry and train/gpu_idle on CUDA);
 // - after each epoch: train/epoch_loss, test/loss, test/top1, test/top5, ema_test/* (with an EMA),
 //   epoch/epoch (1-based), epoch/seconds, epoch/samples_per_s, epoch/data_wait, epoch/tflops and
 //   epoch/mfu (when set), data/read_s, data/decode_s, data/transform_s, data/copy_s, data/bad_samples.

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "test_util.h"
+#include "trainer/doctor.h"
 
 namespace stoker {
 namespace {
@@ -32,16 +33,18 @@ TEST(ReportParse, MetricsLinesAsJsonLineWritesThem) {
   EXPECT_CONTAINS(testing::error_of([] { parse_metrics_line("[1]", "m.jsonl:2"); }), "m.jsonl:2: expected a JSON object");
 }
 
-// A run directory as `trainer train` leaves it: `epochs` epochs of 4 steps, logged every 2 steps.
-void write_run(const fs::path& dir, int epochs, double scale) {
+// A run directory as `trainer train` leaves it: `epochs` epochs of 4 steps, logged every 2 steps
+// (with gpu_idle in the step lines as a CUDA run has it when `gpu_idle`).
+void write_run(const fs::path& dir, int epochs, double scale, bool gpu_idle = false) {
   fs::create_directories(dir);
   std::ofstream m(dir / "metrics.jsonl");
   for (int e = 0; e < epochs; ++e) {
     for (int s = 2; s <= 4; s += 2) {
       const int step = 4 * e + s;
       m << fmt::format(R"({{"kind":"step","epoch":{},"step":{},"loss":{},"lr":0.1,"samples_per_s":{},)"
-                       R"("data_wait":0.{},"tflops":0.5,"mfu":0.02}})",
-                       e, step, scale / step, 100 * scale + step, step)
+                       R"("data_wait":0.{},"tflops":0.5,"mfu":0.02{}}})",
+                       e, step, scale / step, 100 * scale + step, step,
+                       gpu_idle ? fmt::format(R"(,"gpu_idle":{})", 0.02 * step) : "")
         << "\n";
     }
     m << fmt::format(R"({{"kind":"epoch","epoch":{},"step":{},"train_loss":1,"test_loss":{},"test_top1":{},)"
@@ -54,6 +57,29 @@ void write_run(const fs::path& dir, int epochs, double scale) {
   std::ofstream(dir / "environment.json")
       << R"({"host":"h","cpu":"Test CPU 9000","cpu_cores":2,"device":"cpu","torch":"2.11.0","stoker_commit":"abc1234"})"
       << "\n";
+}
+
+// doctor.json as `trainer doctor --save-to DIR` writes it, for a made-up input-bound ladder.
+void write_doctor(const fs::path& dir) {
+  LadderResult ladder;
+  ladder.context.device = "cpu";
+  ladder.context.batch_size = 64;
+  ladder.context.workers = 2;
+  const std::vector<std::pair<const char*, double>> rungs = {
+      {"device-cached", 1000}, {"host-cached", 950}, {"decoded-cached", 700}, {"raw-cached", 400}, {"full", 380}};
+  for (const auto& [name, sps] : rungs) {
+    RungResult r;
+    r.name = name;
+    r.samples_per_s = sps;
+    r.steps_per_s = sps / 64;
+    r.ratio = sps / 1000;
+    r.wait_share = 1 - sps / 1000;
+    ladder.rungs.push_back(r);
+  }
+  ladder.diagnosis.input_bound = true;
+  ladder.diagnosis.bottleneck = "raw-cached";
+  ladder.diagnosis.lines = {"input-bound: full reaches 38% of the device-cached ceiling", "decoding <costs> most"};
+  EXPECT_EQ(save_ladder(ladder, dir), dir / "doctor.json");
 }
 
 // The <svg> elements of the page.
@@ -128,6 +154,42 @@ TEST(Report, CompareOverlaysRunsAndOutputGoesWhereAsked) {
   EXPECT_NE(svgs[0].find("#d62728"), std::string::npos) << "a second colour for the second run";
 }
 
+// A CUDA run's gpu_idle gets its chart; `trainer doctor --save-to` leaves doctor.json, whose ladder
+// the page shows as bars (one per rung, widths by samples/s), a table and the diagnosis.
+TEST(Report, GpuIdleAndTheDoctorsLadderWhenTheRunHasThem) {
+  TempDir dir;
+  write_run(dir / "r", 2, 1.0, /*gpu_idle=*/true);
+  write_doctor(dir / "r");
+  const std::string html = testing::read_bytes(write_report({dir / "r", {}, {}}));
+  const std::vector<std::string> svgs = svgs_of(html);
+  ASSERT_EQ(svgs.size(), 12u) << "the 10 charts, GPU idle and the ladder";
+  EXPECT_CONTAINS(svgs[7], "font-weight='bold'>GPU idle between steps");
+  const std::vector<std::string> idle = paths_of(svgs[7]);
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(std::count(idle[0].begin(), idle[0].end(), 'L'), 3) << "4 logged steps";
+  const std::string& ladder = svgs[11];
+  EXPECT_CONTAINS(ladder, "Doctor's ladder");
+  const std::regex bar("<rect x='120' y='[0-9.]+' width='([0-9.]+)'");
+  std::vector<double> widths;
+  for (auto it = std::sregex_iterator(ladder.begin(), ladder.end(), bar); it != std::sregex_iterator(); ++it) {
+    widths.push_back(std::stod((*it)[1]));
+  }
+  ASSERT_EQ(widths.size(), 5u) << ladder;
+  EXPECT_NEAR(widths[0], 380, 0.1) << "the fastest rung spans the chart";
+  EXPECT_NEAR(widths[4], 380 * 0.38, 0.1);
+  EXPECT_CONTAINS(html, "<h2>trainer doctor</h2>");
+  EXPECT_CONTAINS(html, "input-bound; the biggest loss: raw-cached");
+  EXPECT_CONTAINS(html, "decoding &lt;costs&gt; most");
+  EXPECT_CONTAINS(html, "<tr><th>full</th><td>380.0</td><td>0.38</td><td>62%</td></tr>");
+  // Without them: neither.
+  write_run(dir / "plain", 2, 1.0);
+  const std::string plain = testing::read_bytes(write_report({dir / "plain", {}, {}}));
+  EXPECT_EQ(plain.find("GPU idle"), std::string::npos);
+  EXPECT_EQ(plain.find("trainer doctor"), std::string::npos);
+  EXPECT_CONTAINS(testing::error_of([&] { save_ladder(LadderResult{}, dir / "missing"); }),
+                  "doctor --save-to " + (dir / "missing").string() + ": no such directory");
+}
+
 TEST(Report, AFolderWithoutMetricsIsAClearError) {
   TempDir dir;
   EXPECT_CONTAINS(testing::error_of([&] { write_report({dir.path(), {}, {}}); }),
@@ -144,7 +206,8 @@ TEST(ReportBrowser, ChromiumRendersTheChartsToAPng) {
     GTEST_SKIP() << "needs chromium for a headless render (apt-get install chromium)";
   }
   TempDir dir;
-  write_run(dir / "r", 3, 1.0);
+  write_run(dir / "r", 3, 1.0, /*gpu_idle=*/true);
+  write_doctor(dir / "r");
   const fs::path page = write_report({dir / "r", {}, {}});
   std::ofstream(dir / "blank.html") << "<!DOCTYPE html><html><body></body></html>\n";
   auto render = [&](const fs::path& html, const fs::path& png) {
@@ -161,7 +224,19 @@ TEST(ReportBrowser, ChromiumRendersTheChartsToAPng) {
   ASSERT_EQ(testing::shell(fmt::format("chromium --headless --no-sandbox --disable-gpu --dump-dom 'file://{}' "
                                        ">'{}' 2>/dev/null", page.string(), (dir / "dom.html").string())),
             0);
-  EXPECT_EQ(svgs_of(testing::read_bytes(dir / "dom.html")).size(), 10u);
+  // The rendered DOM: the 10 charts, GPU idle with its path, and the ladder with its five bars.
+  const std::vector<std::string> svgs = svgs_of(testing::read_bytes(dir / "dom.html"));
+  ASSERT_EQ(svgs.size(), 12u);
+  // (The DOM is serialised with double quotes: count elements rather than match paths_of's quotes.)
+  auto count = [](const std::string& svg, const std::string& element) {
+    size_t n = 0;
+    for (size_t at = svg.find(element); at != std::string::npos; at = svg.find(element, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_CONTAINS(svgs[7], "GPU idle between steps");
+  EXPECT_EQ(count(svgs[7], "<path"), 1u);
+  EXPECT_CONTAINS(svgs[11], "Doctor's ladder");
+  EXPECT_EQ(count(svgs[11], "<rect"), 5u);
 }
 
 }  // namespace

@@ -70,6 +70,14 @@ TEST(TensorBoardEncoding, ScalarEventWireBytes) {
   EXPECT_EQ(data_crc, masked_crc32c("abc", 3));
 }
 
+TEST(TensorBoardEncoding, GpuIdleOnlyWhenMeasured) {
+  EXPECT_TRUE(gpu_idle_scalars(-1).empty());
+  const std::vector<Scalar> idle = gpu_idle_scalars(0.25);
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(idle[0].tag, "train/gpu_idle");
+  EXPECT_EQ(idle[0].value, 0.25);
+}
+
 TEST(TensorBoardWriter, FileNamesAndWriteErrors) {
   TempDir dir;
   const fs::path a = new_event_file_path(dir / "run/tb");
@@ -271,6 +279,8 @@ TEST_F(TensorBoardPython, EventAccumulatorReadsEveryTagStepAndValue) {
     options.peak_flops = 1e11;
     TensorBoardCallback cb(tb, options);
     cb.add_source([&] { return std::vector<Scalar>{{"gpu/utilization", 50.0 + static_cast<double>(++samples_taken)}}; });
+    // What run_observe.cpp adds on CUDA (the metrics callback's gpu_idle), fed directly here.
+    cb.add_source([&] { return gpu_idle_scalars(0.125 * static_cast<double>(samples_taken)); });
     log_two_epochs(cb);
   }
   EXPECT_EQ(samples_taken, 4);
@@ -290,6 +300,7 @@ TEST_F(TensorBoardPython, EventAccumulatorReadsEveryTagStepAndValue) {
   }
   want["train/data_wait"] = {{2, 0.2 / 1.5}, {3, 0.1 / 1.5}, {4, 0.1 / 2.0}, {6, 0.2 / 5.5}};
   want["gpu/utilization"] = {{2, 51}, {3, 52}, {4, 53}, {6, 54}};
+  want["train/gpu_idle"] = {{2, 0.125}, {3, 0.25}, {4, 0.375}, {6, 0.5}};
   want["train/epoch_loss"] = {{3, 2.0}, {6, 1.0}};
   want["test/loss"] = {{3, 0.75}, {6, 0.5}};
   want["test/top1"] = {{3, 0.5}, {6, 0.625}};
@@ -364,6 +375,13 @@ TEST_F(TensorBoardPython, TrainingRunHasEveryTagWithMetricsValues) {
   }
   // The first logged step's loss and lr are metrics.jsonl's first step line's.
   const std::string step = metrics_line(out.run_dir, "step");
+  // train/gpu_idle where metrics.jsonl has gpu_idle (CUDA), with its value; nowhere on the CPU.
+  if (step.find("\"gpu_idle\":") != std::string::npos) {
+    ASSERT_TRUE(got.count("train/gpu_idle")) << step;
+    EXPECT_NEAR(got.at("train/gpu_idle").at(3), json_number(step, "gpu_idle"), 1e-6);
+  } else {
+    EXPECT_FALSE(got.count("train/gpu_idle")) << "gpu_idle is not measured on " << step;
+  }
   EXPECT_NEAR(got.at("train/loss").at(3), json_number(step, "loss"), 1e-6);
   EXPECT_NEAR(got.at("train/lr").at(3), json_number(step, "lr"), 1e-7);
 }
