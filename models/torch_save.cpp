@@ -222,6 +222,10 @@ c10::IValue read_torch_save(const fs::path& file) {
   STOKER_CHECK(fs::is_regular_file(file), "{} does not exist", name);
   std::ifstream in(file, std::ios::binary);
   STOKER_CHECK(in.is_open(), "cannot open {}", name);
+  return read_torch_save(in, name);
+}
+
+c10::IValue read_torch_save(std::istream& in, const std::string& name) {
   try {
     return unpickle_file(name, in);
   } catch (const c10::Error& e) {  // from libtorch's zip reader or an IValue conversion

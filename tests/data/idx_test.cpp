@@ -82,6 +82,25 @@ TEST(ReadIdx, RejectsWrongMagicTypeAndTrailingBytes) {
   EXPECT_CONTAINS(error_of([&] { read_idx(dir / "empty"); }), "no 4-byte header");
 }
 
+// Found by fuzz_idx (fuzz/regressions/idx/): a 25-byte gzip file whose header announced 2.6 GB of
+// data made read_idx allocate all of it before reading any. Memory now grows with the data read,
+// so under an address-space limit far below the claim the file fails as truncated, naming it.
+TEST(ReadIdx, AHeaderClaimingHugeDataIsTruncatedWithoutAllocatingTheClaim) {
+  TempDir dir;
+  const std::string header("\0\0\x08\x03\x00\x00\x08\x00\x00\x00\x10\x00\x00\x00\x10\x00", 16);
+  write_bytes(dir / "huge", header + "ten bytes.");  // 2048 x 4096 x 4096 claimed
+  const std::string msg = error_of([&] { read_idx(dir / "huge"); });
+  EXPECT_CONTAINS(msg, (dir / "huge").string());
+  EXPECT_CONTAINS(msg, "truncated IDX file: the header announces 34359738368 bytes");
+  EXPECT_CONTAINS(msg, "only 10 could be read");
+  const auto fuzzed = std::filesystem::path(STOKER_SOURCE_DIR) / "fuzz/regressions/idx/oom-gzip-header-claims-32gib";
+  for (const auto& file : {dir / "huge", fuzzed}) {
+    EXPECT_EQ(stoker::testing::outcome_with_memory_headroom(size_t(1) << 30, [&] { read_idx(file); }),
+              stoker::testing::kThrewStokerError)
+        << file;
+  }
+}
+
 TEST(ReadIdx, MissingFileSaysSo) {
   TempDir dir;
   EXPECT_CONTAINS(error_of([&] { read_idx(dir / "nope.gz"); }), "nope.gz: file not found");
