@@ -26,6 +26,8 @@ bool is_global(const c10::IValue& v, const char* name) {
   return v.isString() && v.toStringRef() == std::string("\x01") + name;
 }
 
+[[noreturn]] void fail(const std::string& what) { throw Error(what); }
+
 class Unpickler {
  public:
   // [begin, end) is the pickle; it must outlive the Unpickler.
@@ -48,7 +50,7 @@ class Unpickler {
   using Handler = void (Unpickler::*)(uint8_t code);
   static const std::array<Handler, 256>& handlers();
 
-  [[noreturn]] static void fail(const std::string& what) { throw Error(what); }
+  [[noreturn]] static void fail(const std::string& what) { ::stoker::models::pickle::fail(what); }
 
   // The pickle's bytes.
   template <typename T>
@@ -334,7 +336,13 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
 }  // namespace
 
 c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage) {
-  return Unpickler(load_storage, begin, end).run();
+  try {
+    return Unpickler(load_storage, begin, end).run();
+  } catch (const c10::Error& e) {
+    // libtorch refused what the pickle asked of it: a tensor view reaching outside its storage
+    // (as_strided), or an IValue of another type where a number or a tuple belongs.
+    fail(fmt::format("its pickle is malformed ({})", e.what_without_backtrace()));
+  }
 }
 
 }  // namespace stoker::models::pickle

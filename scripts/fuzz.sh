@@ -57,6 +57,8 @@ cmake -S fuzz -B "$FUZZ_DIR/build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
 cmake --build "$FUZZ_DIR/build" --target "${targets[@]/#/fuzz_}"
 [ $build_only -eq 0 ] || exit 0
 
+# Known leaks outside Stoker's code (fuzz/lsan.supp says which and why).
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 failed=()
 for t in "${targets[@]}"; do
   corpus="$FUZZ_DIR/corpus/$t" artifacts="$FUZZ_DIR/artifacts/$t/"

@@ -1,7 +1,6 @@
 #include "test_util.h"
 #include "models/compact_resnet.h"
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <png.h>
@@ -151,28 +150,6 @@ const char* from_env(const char* name, const char* fallback) {
 
 const char* source_dir() { return from_env("STOKER_SOURCE_DIR", kBuiltSourceDir); }
 const char* trainer_bin() { return from_env("STOKER_TRAINER_BIN", kBuiltTrainerBin); }
-
-int outcome_with_memory_headroom(size_t headroom, const std::function<void()>& f) {
-  long pages = 0;  // the first field of /proc/self/statm: the address space mapped, in pages
-  std::ifstream("/proc/self/statm") >> pages;
-  const pid_t child = fork();
-  if (child == 0) {
-    const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
-    const rlimit limit{mapped + headroom, mapped + headroom};
-    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
-    try {
-      f();
-    } catch (const Error&) {
-      _exit(kThrewStokerError);
-    } catch (...) {
-      _exit(kThrewOther);
-    }
-    _exit(kReturned);
-  }
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 int shell(const std::string& command) {
   const int status = std::system(command.c_str());

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,14 +60,6 @@ std::filesystem::path venv_python(std::string* why);
 
 // Runs `command` with /bin/sh; returns its exit status (-1 when it did not exit normally).
 int shell(const std::string& command);
-
-// Runs `f` in a forked child whose address space may grow by at most `headroom` bytes beyond what
-// this process has mapped now (RLIMIT_AS), so that an allocation a file's header asks for fails
-// instead of being granted lazily. Returns `kThrewStokerError` when `f` threw stoker::Error,
-// `kReturned` when it returned, `kThrewOther` for any other exception (an allocation refused
-// under the limit: std::bad_alloc, c10::Error), or 128 + the signal that ended the child.
-enum ChildOutcome { kThrewStokerError = 0, kReturned = 1, kThrewOther = 2 };
-int outcome_with_memory_headroom(size_t headroom, const std::function<void()>& f);
 
 // Writes train-/t10k- image and label IDX files of a learnable 10-class problem: each class has a
 // fixed random template, each sample is its template plus noise. Images are size x size.

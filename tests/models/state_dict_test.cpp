@@ -237,6 +237,25 @@ TEST(TorchSave, RefusesWhatAStateDictNeverHoldsNamingTheFile) {
   EXPECT_THROW(pickle::unpickle(nullptr, nullptr, {}), pickle::Error);
 }
 
+// Found by fuzz_pickle (fuzz/regressions/pickle/): a _rebuild_tensor_v2 whose strides reach outside
+// its storage made libtorch's as_strided throw c10::Error through pickle::unpickle, which promises
+// pickle::Error (read_torch_save converted it; other callers got a foreign exception).
+TEST(TorchSave, ATensorViewOutsideItsStorageIsAPickleError) {
+  const std::string data = testing::read_bytes(fs::path(STOKER_SOURCE_DIR) /
+                                               "fuzz/regressions/pickle/crash-view-outside-its-storage");
+  const auto* begin = reinterpret_cast<const uint8_t*>(data.data());
+  const pickle::StorageLoader zeros = [](const std::string&, const std::string&, int64_t numel) {
+    return torch::zeros({numel});
+  };
+  try {
+    pickle::unpickle(begin, begin + data.size(), zeros);
+    ADD_FAILURE() << "no error";
+  } catch (const pickle::Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "its pickle is malformed");
+    EXPECT_CONTAINS(std::string(e.what()), "out of bounds for storage of size 24");
+  }
+}
+
 // Python's torch.load (weights_only=True) reads what save_state_dict writes, and the values match.
 TEST(StateDictPython, TorchLoadReadsSaveStateDict) {
   std::string why;
