@@ -5,6 +5,7 @@
 // parser's other tests, that check the error message.
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -15,6 +16,9 @@
 #include "test_util.h"
 
 namespace stoker::fuzz {
+// gtest prints a failing parameter by its name.
+void PrintTo(const Target& target, std::ostream* os) { *os << target.name; }
+
 namespace {
 namespace fs = std::filesystem;
 
