@@ -30,6 +30,8 @@ void read_png_bytes(png_structp png, png_bytep out, size_t n) {
 }
 
 constexpr size_t kPngMessageSize = 200;
+// The largest chunk other than image data a PNG may hold; colour profiles and text take far less.
+constexpr png_alloc_size_t kMaxChunkBytes = png_alloc_size_t(8) << 20;
 
 // libpng's error hook (its error pointer is the reader's message buffer); it must not return.
 [[noreturn]] void on_png_error(png_structp png, png_const_charp message) {
@@ -53,6 +55,10 @@ class PngReader {
       STOKER_FAIL("{}: cannot create a PNG decoder (out of memory)", name);
     }
     png_set_read_fn(png_, &source_, read_png_bytes);
+    // libpng allocates an ancillary chunk's declared length before reading it: a 68-byte file
+    // declaring a 700 MB sPLT chunk made it allocate 700 MB. Longer chunks are now an error
+    // (libpng still lets an IDAT chunk be as large as the image's pixels need).
+    png_set_chunk_malloc_max(png_, kMaxChunkBytes);
   }
   ~PngReader() { png_destroy_read_struct(&png_, &info_, nullptr); }
   PngReader(const PngReader&) = delete;
