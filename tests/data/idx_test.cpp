@@ -133,6 +133,17 @@ TEST(ReadIdx, AHeaderClaimingHugeDataIsTruncatedWithoutAllocatingTheClaim) {
   }
 }
 
+// Found by fuzz_idx under UBSan (fuzz/regressions/idx/): three sizes below 2^31 whose product
+// overflows int64 passed the element limit, which was checked after multiplying.
+TEST(ReadIdx, DimensionsWhoseProductOverflowsAreACorruptHeader) {
+  TempDir dir;
+  write_bytes(dir / "overflow", std::string("\0\0\x08\x03\x00\x00\x04\x50\x01\x00\x04\x50\x45\x02\x3d\x0f", 16));
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "overflow"); }),
+                  "header claims 1104x16778320x1157774607 elements; the header is corrupt");
+  const auto fuzzed = std::filesystem::path(STOKER_SOURCE_DIR) / "fuzz/regressions/idx/crash-dimension-product-overflows";
+  EXPECT_CONTAINS(error_of([&] { read_idx(fuzzed); }), "the header is corrupt");
+}
+
 TEST(ReadIdx, MissingFileSaysSo) {
   TempDir dir;
   EXPECT_CONTAINS(error_of([&] { read_idx(dir / "nope.gz"); }), "nope.gz: file not found");

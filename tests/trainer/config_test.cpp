@@ -102,8 +102,8 @@ TEST(Config, ChoicesAreListed) {
 // Found by fuzz_config (fuzz/regressions/config/): a mapping used as a key, inside a flow mapping,
 // escaped parse_config as yaml-cpp's "bad conversion" without the file's name.
 TEST(Config, AKeyThatIsNotANameIsAClearError) {
-  EXPECT_EQ(error_of("data:\n  synthetic: {height: 8, {metric: test_loss, patience: 1}}\n"),
-            "recipe.yaml: data.synthetic at line 2: a key must be a name, but this key is a mapping; "
+  EXPECT_EQ(error_of("data:\n  type: synthetic\n  synthetic: {height: 8, {metric: test_loss, patience: 1}}\n"),
+            "recipe.yaml: data.synthetic at line 3: a key must be a name, but this key is a mapping; "
             "write `name: value`");
   EXPECT_EQ(error_of("[run]: 1\n"),
             "recipe.yaml: (top level) at line 1: a key must be a name, but this key is a list; write "
