@@ -27,6 +27,9 @@ std::vector<int64_t> int_tuple(const c10::IValue& v) {
 bool is_global(const c10::IValue& v, const char* name) {
   return v.isString() && v.toStringRef() == std::string("\x01") + name;
 }
+bool is_any_global(const c10::IValue& v) {
+  return v.isString() && !v.toStringRef().empty() && v.toStringRef()[0] == '\x01';
+}
 
 [[noreturn]] void fail(const std::string& what) { throw Error(what); }
 
@@ -360,7 +363,7 @@ void Unpickler::load_persistent_storage(uint8_t) {
   if (!pid.isTuple()) fail("unsupported persistent id");
   const auto& elements = pid.toTupleRef().elements();
   const std::vector<c10::IValue> e(elements.begin(), elements.end());
-  if (e.size() != 5 || !e[0].isString() || e[0].toStringRef() != "storage" || !e[1].isString() ||
+  if (e.size() != 5 || !e[0].isString() || e[0].toStringRef() != "storage" || !is_any_global(e[1]) ||
       !e[2].isString() || !e[3].isString() || !e[4].isInt()) {
     fail("unsupported persistent id");
   }
@@ -386,7 +389,7 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
   if (is_global(callable, "torch.jit._pickle.restore_type_tag") && !a.empty()) {
     return a[0];  // torch::pickle_save's type annotation of a container
   }
-  fail("it calls " + (callable.isString() ? callable.toStringRef().substr(1) : "something") +
+  fail("it calls " + (is_any_global(callable) ? callable.toStringRef().substr(1) : "something") +
        ", which a state dict of tensors does not");
 }
 

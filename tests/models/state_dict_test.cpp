@@ -269,7 +269,8 @@ std::string unpickle_error(const std::string& pickle) {
   return "";
 }
 
-// Found by reading the unpickler and confirmed with fuzz_pickle (fuzz/regressions/pickle/):
+// Found by reading the unpickler and confirmed with fuzz_pickle, or found by fuzz_pickle
+// (fuzz/regressions/pickle/):
 // 60,000 nested TUPLE1s, a 60 kB pickle, overflowed the stack when the result was destroyed (every
 // program reading such a file crashed); a list appended to itself leaked (a reference cycle); and a
 // MARK with the stack popped below it read outside the stack (std::length_error).
@@ -284,7 +285,13 @@ TEST(TorchSave, DeepNestingCyclesAndPopsBelowAMarkAreMalformedPickles) {
                   "it changes a list or dict after placing it in another container");
   EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, 'N', 'N', '(', 0x86, 't', '.'})),
                   "the stack shrank below a mark");
-  for (const char* name : {"crash-deep-tuples", "leak-list-inside-itself", "crash-pop-below-mark"}) {
+  // Found by fuzz_pickle: an empty string where the storage class (a global) belongs, or as the
+  // callable of REDUCE, threw std::out_of_range from substr(1).
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, '(', 0x8c, 7}) + "storage" + bytes({0x8c, 0, 0x8c, 1, '0', 0x8c, 0, 'K', 1, 't', 'Q', '.'})),
+                  "unsupported persistent id");
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, 0x8c, 0, ')', 'R', '.'})), "it calls something");
+  for (const char* name : {"crash-deep-tuples", "leak-list-inside-itself", "crash-pop-below-mark",
+                           "crash-pop-below-mark-fuzzed", "crash-storage-class-not-a-global"}) {
     const std::string data =
         testing::read_bytes(fs::path(STOKER_SOURCE_DIR) / "fuzz/regressions/pickle" / name);
     EXPECT_NE(unpickle_error(data), "") << name;
