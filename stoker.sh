@@ -7,6 +7,8 @@
 #   ./stoker.sh test                   set up, build, and run the whole test suite (CTest); also
 #                                      installs torchvision into the venv for the ResNet tests
 #   ./stoker.sh build                  set up and build only
+#   ./stoker.sh fuzz [SECONDS] [TARGET...]  set up, build, then build the libFuzzer targets with
+#                                      clang and run each for SECONDS (default 30; scripts/fuzz.sh)
 #
 # Environment: STOKER_CACHE (default ~/.cache/stoker) holds the libtorch venv and the ccache;
 # STOKER_TORCH_DIR=/path/to/libtorch/share/cmake (or a libtorch root) uses your own libtorch;
@@ -57,8 +59,13 @@ case "$cmd" in
     mkdir -p "$(dirname "$BUILD_DIR")"
     setup_and_build
     ;;
+  fuzz)
+    mkdir -p "$(dirname "$BUILD_DIR")"
+    setup_and_build
+    STOKER_BUILD_DIR="$BUILD_DIR" exec scripts/fuzz.sh "$@"
+    ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     [ "$cmd" = help ] || exit 2
     ;;
 esac

@@ -5,6 +5,7 @@
 // object with a destructor lives in the library frames a longjmp crosses.
 #include <algorithm>
 #include <csetjmp>
+#include <cstdlib>
 #include <cstring>
 
 #include <png.h>
@@ -31,6 +32,20 @@ void read_png_bytes(png_structp png, png_bytep out, size_t n) {
 
 constexpr size_t kPngMessageSize = 200;
 
+// libpng allocates some chunks' declared length before reading them (sPLT, text, eXIf, unknown
+// chunks; its own chunk size limit does not cover them): a 68-byte file declaring a 712 MB sPLT
+// chunk made it allocate 712 MB. No allocation libpng needs for an image comes near this (its
+// largest are a row and a colour profile), so larger ones are refused: libpng then skips the chunk
+// or fails, and the reader says why. The memory pointer is the reader's record of the refusal.
+constexpr png_alloc_size_t kMaxPngAllocation = png_alloc_size_t(16) << 20;
+
+png_voidp capped_png_malloc(png_structp png, png_alloc_size_t size) {
+  if (size <= kMaxPngAllocation) return std::malloc(size);
+  *static_cast<png_alloc_size_t*>(png_get_mem_ptr(png)) = size;
+  return nullptr;
+}
+void png_free_memory(png_structp, png_voidp p) { std::free(p); }
+
 // libpng's error hook (its error pointer is the reader's message buffer); it must not return.
 [[noreturn]] void on_png_error(png_structp png, png_const_charp message) {
   auto* text = static_cast<char*>(png_get_error_ptr(png));
@@ -46,7 +61,8 @@ class PngReader {
  public:
   PngReader(const uint8_t* bytes, size_t size, const std::string& name)
       : name_(name), source_{bytes, size, 0} {
-    png_ = png_create_read_struct(PNG_LIBPNG_VER_STRING, message_, on_png_error, on_png_warning);
+    png_ = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, message_, on_png_error, on_png_warning,
+                                    &refused_, capped_png_malloc, png_free_memory);
     if (png_ != nullptr) info_ = png_create_info_struct(png_);
     if (info_ == nullptr) {
       png_destroy_read_struct(&png_, nullptr, nullptr);
@@ -124,9 +140,12 @@ class PngReader {
 
  private:
   [[noreturn]] void fail() {
-    STOKER_FAIL("{}: the PNG data is truncated or corrupt (libpng: {}); re-copy the file or remove "
+    const std::string refused =
+        refused_ == 0 ? "" : fmt::format("; a chunk declares {} bytes, more than the {} MB Stoker allows",
+                                         refused_, kMaxPngAllocation >> 20);
+    STOKER_FAIL("{}: the PNG data is truncated or corrupt (libpng: {}{}); re-copy the file or remove "
                 "it from the data set",
-                name_, message_);
+                name_, message_, refused);
   }
 
   const std::string& name_;
@@ -135,6 +154,7 @@ class PngReader {
   png_infop info_ = nullptr;
   int passes_ = 1;
   char message_[kPngMessageSize] = {};
+  png_alloc_size_t refused_ = 0;  // the size of an allocation refused (capped_png_malloc)
 };
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
@@ -53,6 +55,21 @@ class GzFile {
   gzFile file_ = nullptr;
 };
 
+// Reads up to `n` bytes into `out`, growing it by at most kChunk bytes at a time as data arrives.
+// Returns how many were read (out.size()).
+size_t read_up_to(GzFile& file, std::vector<uint8_t>& out, size_t n) {
+  constexpr size_t kChunk = size_t(16) << 20;
+  while (out.size() < n) {
+    const size_t done = out.size();
+    const size_t want = std::min(n - done, kChunk);
+    out.resize(done + want);
+    const size_t got = file.read(out.data() + done, want);
+    out.resize(done + got);
+    if (got < want) break;
+  }
+  return out.size();
+}
+
 uint32_t big_endian_u32(const unsigned char* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
@@ -88,13 +105,17 @@ torch::Tensor read_idx(const std::filesystem::path& path) {
     STOKER_CHECK(n > 0 && n < (int64_t(1) << 31), "{}: dimension {} has size {}; the header is corrupt",
                  name, d, n);
     shape.push_back(n);
+    // Checked before multiplying: four sizes below 2^31 overflow int64 (found by fuzz_idx).
+    constexpr int64_t kMaxCount = int64_t(1) << 36;
+    STOKER_CHECK(n < kMaxCount / count, "{}: header claims {} elements; the header is corrupt", name,
+                 fmt::format("{}", fmt::join(shape, "x")));
     count *= n;
-    STOKER_CHECK(count < (int64_t(1) << 36), "{}: header claims {} elements; the header is corrupt",
-                 name, count);
   }
 
-  torch::Tensor data = torch::empty(shape, torch::kUInt8);
-  const size_t got = file.read(data.data_ptr<uint8_t>(), static_cast<size_t>(count));
+  // The header's count is only a claim: memory grows with the data actually read, so a corrupt
+  // or hostile header (up to 2^36 bytes) fails as truncated instead of allocating that much.
+  auto bytes = std::make_unique<std::vector<uint8_t>>();
+  const size_t got = read_up_to(file, *bytes, static_cast<size_t>(count));
   STOKER_CHECK(got == static_cast<size_t>(count) && !file.truncated_stream(),
                "{}: truncated IDX file: the header announces {} bytes of data ({}), but only {} could "
                "be read; the file is incomplete: reinstall or re-copy it",
@@ -104,7 +125,8 @@ torch::Tensor read_idx(const std::filesystem::path& path) {
                "{}: the file is longer than its IDX header says ({} data bytes); it is probably "
                "not the file it is named after",
                name, count);
-  return data;
+  std::vector<uint8_t>* owner = bytes.release();
+  return torch::from_blob(owner->data(), shape, [owner](void*) { delete owner; }, torch::kUInt8);
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,11 @@ std::vector<int64_t> int_tuple(const c10::IValue& v) {
 bool is_global(const c10::IValue& v, const char* name) {
   return v.isString() && v.toStringRef() == std::string("\x01") + name;
 }
+bool is_any_global(const c10::IValue& v) {
+  return v.isString() && !v.toStringRef().empty() && v.toStringRef()[0] == '\x01';
+}
+
+[[noreturn]] void fail(const std::string& what) { throw Error(what); }
 
 class Unpickler {
  public:
@@ -48,7 +55,7 @@ class Unpickler {
   using Handler = void (Unpickler::*)(uint8_t code);
   static const std::array<Handler, 256>& handlers();
 
-  [[noreturn]] static void fail(const std::string& what) { throw Error(what); }
+  [[noreturn]] static void fail(const std::string& what) { ::stoker::models::pickle::fail(what); }
 
   // The pickle's bytes.
   template <typename T>
@@ -84,6 +91,7 @@ class Unpickler {
     if (marks_.empty()) fail("its pickle is malformed (no mark)");
     const size_t start = marks_.back();
     marks_.pop_back();
+    if (start > stack_.size()) fail("its pickle is malformed (the stack shrank below a mark)");
     std::vector<c10::IValue> items(std::make_move_iterator(stack_.begin() + start),
                                    std::make_move_iterator(stack_.end()));
     stack_.resize(start);
@@ -113,6 +121,8 @@ class Unpickler {
   void push_constant(uint8_t code);
 
   c10::IValue call(const c10::IValue& callable, const c10::IValue& args);
+  void place(const c10::IValue& parent, const c10::IValue& child);
+  void check_changeable(const c10::IValue& container);
   int64_t take_long1();
 
   const StorageLoader& load_storage_;
@@ -121,7 +131,46 @@ class Unpickler {
   std::vector<c10::IValue> stack_;
   std::vector<size_t> marks_;
   std::map<uint32_t, c10::IValue> memo_;
+  // Containers by address: how deeply each nests, and those placed inside another one. `kept_`
+  // holds each of them so that no address is reused by a later container.
+  std::unordered_map<const void*, int> depth_;
+  std::unordered_set<const void*> placed_;
+  std::vector<c10::IValue> kept_;
 };
+
+// Deeper nesting is refused: destroying an IValue recurses once per level, so a pickle of a few
+// kilobytes nesting tens of thousands of tuples would overflow the stack. A state dict nests
+// about 5 deep (dict, _rebuild_tensor_v2's argument tuple, its size tuple).
+constexpr int kMaxDepth = 100;
+
+const void* container_id(const c10::IValue& v) {
+  return v.isTuple() || v.isList() || v.isGenericDict() ? v.internalToPointer() : nullptr;
+}
+
+// Records that `child` now sits in the container `parent`. A placed container may not change any
+// more (check_changeable), so no cycle can form (Python's state dicts never need one; a cycle of
+// reference-counted IValues would leak) and each container's depth is final once it is placed.
+void Unpickler::place(const c10::IValue& parent, const c10::IValue& child) {
+  const void* p = container_id(parent);
+  const void* c = container_id(child);
+  if (p == nullptr || c == nullptr) return;
+  if (p == c) fail("it puts a container inside itself, which a state dict does not");
+  for (const auto& [id, value] : {std::pair{p, &parent}, std::pair{c, &child}}) {
+    if (depth_.emplace(id, 1).second) kept_.push_back(*value);
+  }
+  placed_.insert(c);
+  int& depth = depth_[p];
+  depth = std::max(depth, depth_[c] + 1);
+  if (depth > kMaxDepth) {
+    fail(fmt::format("it nests containers more than {} deep, which a state dict does not", kMaxDepth));
+  }
+}
+
+void Unpickler::check_changeable(const c10::IValue& container) {
+  if (placed_.count(container_id(container))) {
+    fail("it changes a list or dict after placing it in another container, which a state dict does not");
+  }
+}
 
 const std::array<Unpickler::Handler, 256>& Unpickler::handlers() {
   static const std::array<Handler, 256> table = [] {
@@ -165,15 +214,20 @@ void Unpickler::push_mark(uint8_t) { marks_.push_back(stack_.size()); }
 void Unpickler::build_tuple(uint8_t code) {
   if (code == op::kEmptyTuple) {
     stack_.emplace_back(c10::ivalue::Tuple::create({}));
-  } else if (code == op::kTuple) {
-    stack_.emplace_back(c10::ivalue::Tuple::create(pop_to_mark()));
+    return;
+  }
+  std::vector<c10::IValue> items;
+  if (code == op::kTuple) {
+    items = pop_to_mark();
   } else {  // TUPLE1..3: the top 1..3 items
     const size_t n = code - op::kTuple1 + 1;
     if (stack_.size() < n) fail("its pickle is malformed (short tuple)");
-    std::vector<c10::IValue> items(stack_.end() - n, stack_.end());
+    items.assign(stack_.end() - n, stack_.end());
     stack_.resize(stack_.size() - n);
-    stack_.emplace_back(c10::ivalue::Tuple::create(std::move(items)));
   }
+  c10::IValue tuple = c10::ivalue::Tuple::create(items);
+  for (const auto& item : items) place(tuple, item);
+  stack_.push_back(std::move(tuple));
 }
 
 void Unpickler::push_empty_container(uint8_t code) {
@@ -192,7 +246,11 @@ void Unpickler::append_to_list(uint8_t code) {
     items = pop_to_mark();
   }
   if (!top().isList()) fail(code == op::kAppend ? "APPEND to a non-list" : "APPENDS to a non-list");
-  for (auto& v : items) top().toList().push_back(std::move(v));
+  check_changeable(top());
+  for (auto& v : items) {
+    place(top(), v);
+    top().toList().push_back(std::move(v));
+  }
 }
 
 void Unpickler::set_dict_items(uint8_t code) {
@@ -206,8 +264,13 @@ void Unpickler::set_dict_items(uint8_t code) {
   if (!top().isGenericDict() || items.size() % 2) {
     fail(code == op::kSetItem ? "SETITEM on a non-dict" : "SETITEMS on a non-dict");
   }
+  check_changeable(top());
   auto dict = top().toGenericDict();
-  for (size_t i = 0; i < items.size(); i += 2) dict.insert_or_assign(items[i], items[i + 1]);
+  for (size_t i = 0; i < items.size(); i += 2) {
+    place(top(), items[i]);
+    place(top(), items[i + 1]);
+    dict.insert_or_assign(items[i], items[i + 1]);
+  }
 }
 
 void Unpickler::push_global(uint8_t) {
@@ -300,7 +363,7 @@ void Unpickler::load_persistent_storage(uint8_t) {
   if (!pid.isTuple()) fail("unsupported persistent id");
   const auto& elements = pid.toTupleRef().elements();
   const std::vector<c10::IValue> e(elements.begin(), elements.end());
-  if (e.size() != 5 || !e[0].isString() || e[0].toStringRef() != "storage" || !e[1].isString() ||
+  if (e.size() != 5 || !e[0].isString() || e[0].toStringRef() != "storage" || !is_any_global(e[1]) ||
       !e[2].isString() || !e[3].isString() || !e[4].isInt()) {
     fail("unsupported persistent id");
   }
@@ -326,7 +389,7 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
   if (is_global(callable, "torch.jit._pickle.restore_type_tag") && !a.empty()) {
     return a[0];  // torch::pickle_save's type annotation of a container
   }
-  fail("it calls " + (callable.isString() ? callable.toStringRef().substr(1) : "something") +
+  fail("it calls " + (is_any_global(callable) ? callable.toStringRef().substr(1) : "something") +
        ", which a state dict of tensors does not");
 }
 
@@ -334,7 +397,13 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
 }  // namespace
 
 c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage) {
-  return Unpickler(load_storage, begin, end).run();
+  try {
+    return Unpickler(load_storage, begin, end).run();
+  } catch (const c10::Error& e) {
+    // libtorch refused what the pickle asked of it: a tensor view reaching outside its storage
+    // (as_strided), or an IValue of another type where a number or a tuple belongs.
+    fail(fmt::format("its pickle is malformed ({})", e.what_without_backtrace()));
+  }
 }
 
 }  // namespace stoker::models::pickle

@@ -151,16 +151,23 @@ class StorageRecords {
         storage_class.rfind("torch.", 0) == 0 ? storage_class.substr(6) : storage_class;
     auto it = storage_types().find(type);
     if (it == storage_types().end()) fail_to_read(name_, "unsupported storage type " + type);
-    at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(it->second));
-    const size_t nbytes = flat.numel() * flat.element_size();
+    // The pickle's numel is checked against the record's size before anything is allocated: a
+    // corrupt or hostile file must not make the reader allocate what it claims.
+    const int64_t element = static_cast<int64_t>(c10::elementSize(it->second));
+    if (numel < 0 || numel > INT64_MAX / element) {
+      fail_to_read(name_, fmt::format("storage {} claims {} elements", key, numel));
+    }
+    const size_t nbytes = static_cast<size_t>(numel * element);
+    const std::string record = "data/" + key;
     if (nbytes > 0) {
-      const std::string record = "data/" + key;
       if (!zip_.hasRecord(record)) fail_to_read(name_, "it lacks the record " + record);
       if (zip_.getRecordSize(record) != nbytes) {
-        fail_to_read(name_, "record " + record + " has the wrong size");
+        fail_to_read(name_, fmt::format("record {} holds {} bytes, not the {} its {} elements need",
+                                        record, zip_.getRecordSize(record), nbytes, numel));
       }
-      zip_.getRecord(record, flat.data_ptr(), nbytes);
     }
+    at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(it->second));
+    if (nbytes > 0) zip_.getRecord(record, flat.data_ptr(), nbytes);
     storages_.emplace(key, flat);
     return flat;
   }
@@ -222,6 +229,10 @@ c10::IValue read_torch_save(const fs::path& file) {
   STOKER_CHECK(fs::is_regular_file(file), "{} does not exist", name);
   std::ifstream in(file, std::ios::binary);
   STOKER_CHECK(in.is_open(), "cannot open {}", name);
+  return read_torch_save(in, name);
+}
+
+c10::IValue read_torch_save(std::istream& in, const std::string& name) {
   try {
     return unpickle_file(name, in);
   } catch (const c10::Error& e) {  // from libtorch's zip reader or an IValue conversion

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <filesystem>
+#include <istream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,5 +35,7 @@ std::string torch_save_bytes(const NamedTensors& tensors);
 // strings, tensors and parameters; anything else (a pickled module, a custom class) is refused.
 // Throws stoker::Error naming the file, what is wrong and how to save it instead.
 c10::IValue read_torch_save(const std::filesystem::path& file);
+// The same, from the bytes of such a file in `in`; `name` stands for the file in messages.
+c10::IValue read_torch_save(std::istream& in, const std::string& name);
 
 }  // namespace stoker::models

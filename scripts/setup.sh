@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Stoker needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages (compiler, CMake, Ninja, ccache, yaml-cpp, spdlog/fmt, OpenCV core+imgproc,
-#     libjpeg-turbo, libpng, zlib, GoogleTest, gloo's headers for c10d, the Fashion-MNIST data set);
+#     libjpeg-turbo, libpng, zlib, GoogleTest, gloo's headers for c10d, the Fashion-MNIST data set,
+#     clang with its libFuzzer runtime for the fuzz targets of scripts/fuzz.sh);
 #   - libtorch (torch==2.11.0 from PyPI) in a virtual environment outside the clone, under
 #     $STOKER_CACHE (default ~/.cache/stoker), reused by every later run.
 # Skips the libtorch install when the user brings their own (Torch_DIR or STOKER_TORCH_DIR set).
@@ -20,6 +21,7 @@ APT_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libgtest-dev libcli11-dev libgloo-dev dataset-fashion-mnist
+  clang libclang-rt-14-dev
 )
 
 install_debian_packages() {

@@ -79,6 +79,11 @@ void YamlReader::section(const char* key, const std::function<void()>& body) {
 void YamlReader::check_unknown_keys(const Frame& frame) {
   if (!frame.node.IsDefined() || !frame.node.IsMap()) return;
   for (const auto& kv : frame.node) {
+    if (!kv.first.IsScalar()) {  // `{a: 1}: x` or `[a]: x` (as<std::string> would throw yaml-cpp's error)
+      const char* what = kv.first.IsMap() ? "a mapping" : kv.first.IsSequence() ? "a list" : "empty";
+      fail(kv.first, frame.prefix,
+           fmt::format("a key must be a name, but this key is {}; write `name: value`", what));
+    }
     const std::string name = kv.first.as<std::string>();
     if (frame.keys.count(name)) continue;
     const std::string path = join(frame.prefix, name);

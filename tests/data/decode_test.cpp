@@ -647,6 +647,21 @@ Pixels with_jpeg_size(Pixels jpeg, uint16_t width, uint16_t height) {
   return jpeg;
 }
 
+// Found by fuzz_image (fuzz/regressions/image/): a 68-byte PNG whose sPLT chunk declares 712 MB
+// made libpng allocate all of it, for the probe and again for the decode; under the fuzzer it took
+// seconds per image. libpng's allocations above 16 MB are now refused, and the error says why.
+TEST(DecodeErrors, APngChunkDeclaringHundredsOfMegabytesIsRefusedUnread) {
+  const std::string bytes = stoker::testing::read_bytes(std::filesystem::path(STOKER_SOURCE_DIR) /
+                                                        "fuzz/regressions/image/timeout-png-splt-declares-712mb");
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  const std::string probe = error_of([&] { probe_image(data, bytes.size(), "tiny.png"); });
+  EXPECT_CONTAINS(probe, "tiny.png: the PNG data is truncated or corrupt");
+  EXPECT_CONTAINS(probe, "a chunk declares 712769792 bytes, more than the 16 MB Stoker allows");
+  Image out;
+  EXPECT_CONTAINS(error_of([&] { decode_image(data, bytes.size(), DecodeOptions(), out, "tiny.png"); }),
+                  "a chunk declares 712769792 bytes");
+}
+
 TEST(DecodeErrors, DecompressionBombsAreRefusedBeforeDecoding) {
   const Pixels rgb = smooth_rgb(kHeight, kWidth);
   const Pixels png = with_png_size(encode_png_rgb(rgb), 60000, 60000);

@@ -1,5 +1,12 @@
 #include "data/idx.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +19,33 @@ using stoker::testing::error_of;
 using stoker::testing::TempDir;
 using stoker::testing::write_bytes;
 using stoker::testing::write_idx;
+
+// Runs `f` in a forked child whose address space may grow by at most `headroom` bytes beyond what
+// this process has mapped now (RLIMIT_AS), so that an allocation a file's header asks for fails
+// instead of being granted lazily. Returns the child's exit status: 0 when `f` threw
+// stoker::Error, 1 when it returned, 2 for any other exception (an allocation refused under the
+// limit shows as c10::Error or std::bad_alloc), 128 + the signal that ended it.
+int outcome_with_memory_headroom(size_t headroom, const std::function<void()>& f) {
+  long pages = 0;  // the first field of /proc/self/statm: the address space mapped, in pages
+  std::ifstream("/proc/self/statm") >> pages;
+  const pid_t child = fork();
+  if (child == 0) {
+    const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+    const rlimit limit{mapped + headroom, mapped + headroom};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    try {
+      f();
+    } catch (const Error&) {
+      _exit(0);
+    } catch (...) {
+      _exit(2);
+    }
+    _exit(1);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 std::vector<uint8_t> iota_bytes(size_t n) {
   std::vector<uint8_t> v(n);
@@ -80,6 +114,34 @@ TEST(ReadIdx, RejectsWrongMagicTypeAndTrailingBytes) {
 
   write_bytes(dir / "empty", "");
   EXPECT_CONTAINS(error_of([&] { read_idx(dir / "empty"); }), "no 4-byte header");
+}
+
+// Found by fuzz_idx (fuzz/regressions/idx/): a 25-byte gzip file whose header announced 2.6 GB of
+// data made read_idx allocate all of it before reading any. Memory now grows with the data read,
+// so under an address-space limit far below the claim the file fails as truncated, naming it.
+TEST(ReadIdx, AHeaderClaimingHugeDataIsTruncatedWithoutAllocatingTheClaim) {
+  TempDir dir;
+  const std::string header("\0\0\x08\x03\x00\x00\x08\x00\x00\x00\x10\x00\x00\x00\x10\x00", 16);
+  write_bytes(dir / "huge", header + "ten bytes.");  // 2048 x 4096 x 4096 claimed
+  const std::string msg = error_of([&] { read_idx(dir / "huge"); });
+  EXPECT_CONTAINS(msg, (dir / "huge").string());
+  EXPECT_CONTAINS(msg, "truncated IDX file: the header announces 34359738368 bytes");
+  EXPECT_CONTAINS(msg, "only 10 could be read");
+  const auto fuzzed = std::filesystem::path(STOKER_SOURCE_DIR) / "fuzz/regressions/idx/oom-gzip-header-claims-2.6gb";
+  for (const auto& file : {dir / "huge", fuzzed}) {
+    EXPECT_EQ(outcome_with_memory_headroom(size_t(1) << 30, [&] { read_idx(file); }), 0) << file;
+  }
+}
+
+// Found by fuzz_idx under UBSan (fuzz/regressions/idx/): three sizes below 2^31 whose product
+// overflows int64 passed the element limit, which was checked after multiplying.
+TEST(ReadIdx, DimensionsWhoseProductOverflowsAreACorruptHeader) {
+  TempDir dir;
+  write_bytes(dir / "overflow", std::string("\0\0\x08\x03\x00\x00\x04\x50\x01\x00\x04\x50\x45\x02\x3d\x0f", 16));
+  EXPECT_CONTAINS(error_of([&] { read_idx(dir / "overflow"); }),
+                  "header claims 1104x16778320x1157774607 elements; the header is corrupt");
+  const auto fuzzed = std::filesystem::path(STOKER_SOURCE_DIR) / "fuzz/regressions/idx/crash-dimension-product-overflows";
+  EXPECT_CONTAINS(error_of([&] { read_idx(fuzzed); }), "the header is corrupt");
 }
 
 TEST(ReadIdx, MissingFileSaysSo) {

@@ -237,6 +237,88 @@ TEST(TorchSave, RefusesWhatAStateDictNeverHoldsNamingTheFile) {
   EXPECT_THROW(pickle::unpickle(nullptr, nullptr, {}), pickle::Error);
 }
 
+// Found by fuzz_pickle (fuzz/regressions/pickle/): a _rebuild_tensor_v2 whose strides reach outside
+// its storage made libtorch's as_strided throw c10::Error through pickle::unpickle, which promises
+// pickle::Error (read_torch_save converted it; other callers got a foreign exception).
+TEST(TorchSave, ATensorViewOutsideItsStorageIsAPickleError) {
+  const std::string data = testing::read_bytes(fs::path(STOKER_SOURCE_DIR) /
+                                               "fuzz/regressions/pickle/crash-view-outside-its-storage");
+  const auto* begin = reinterpret_cast<const uint8_t*>(data.data());
+  const pickle::StorageLoader zeros = [](const std::string&, const std::string&, int64_t numel) {
+    return torch::zeros({numel});
+  };
+  try {
+    pickle::unpickle(begin, begin + data.size(), zeros);
+    ADD_FAILURE() << "no error";
+  } catch (const pickle::Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "its pickle is malformed");
+    EXPECT_CONTAINS(std::string(e.what()), "out of bounds for storage of size 24");
+  }
+}
+
+// The message pickle::unpickle refuses `pickle` with (storages are zero tensors), or "" when it
+// reads it.
+std::string unpickle_error(const std::string& pickle) {
+  const auto* begin = reinterpret_cast<const uint8_t*>(pickle.data());
+  try {
+    pickle::unpickle(begin, begin + pickle.size(),
+                     [](const std::string&, const std::string&, int64_t n) { return torch::zeros({n}); });
+  } catch (const pickle::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Found by reading the unpickler and confirmed with fuzz_pickle, or found by fuzz_pickle
+// (fuzz/regressions/pickle/):
+// 60,000 nested TUPLE1s, a 60 kB pickle, overflowed the stack when the result was destroyed (every
+// program reading such a file crashed); a list appended to itself leaked (a reference cycle); and a
+// MARK with the stack popped below it read outside the stack (std::length_error).
+TEST(TorchSave, DeepNestingCyclesAndPopsBelowAMarkAreMalformedPickles) {
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, 'N'}) + std::string(60000, '\x85') + "."),
+                  "it nests containers more than 100 deep");
+  EXPECT_EQ(unpickle_error(bytes({0x80, 2, 'N'}) + std::string(99, '\x85') + "."), "");
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, ']', 'q', 0, 'h', 0, 'a', '.'})),
+                  "it puts a container inside itself");
+  // L0, L1; L1.append(L0); L0.append(L1): the second closes a cycle.
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, ']', 'q', 0, ']', 'q', 1, 'h', 0, 'a', 'a', '.'})),
+                  "it changes a list or dict after placing it in another container");
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, 'N', 'N', '(', 0x86, 't', '.'})),
+                  "the stack shrank below a mark");
+  // Found by fuzz_pickle: an empty string where the storage class (a global) belongs, or as the
+  // callable of REDUCE, threw std::out_of_range from substr(1).
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, '(', 0x8c, 7}) + "storage" + bytes({0x8c, 0, 0x8c, 1, '0', 0x8c, 0, 'K', 1, 't', 'Q', '.'})),
+                  "unsupported persistent id");
+  EXPECT_CONTAINS(unpickle_error(bytes({0x80, 2, 0x8c, 0, ')', 'R', '.'})), "it calls something");
+  for (const char* name : {"crash-deep-tuples", "leak-list-inside-itself", "crash-pop-below-mark",
+                           "crash-pop-below-mark-fuzzed", "crash-storage-class-not-a-global"}) {
+    const std::string data =
+        testing::read_bytes(fs::path(STOKER_SOURCE_DIR) / "fuzz/regressions/pickle" / name);
+    EXPECT_NE(unpickle_error(data), "") << name;
+  }
+}
+
+// A storage's element count comes from the pickle: it is checked against its record before
+// anything is allocated (the old reader asked libtorch for the memory first).
+TEST(TorchSave, AStorageClaimingMoreThanItsRecordIsRefusedBeforeAllocating) {
+  TempDir tmp;
+  auto text = [](const std::string& t) {  // BINUNICODE
+    return bytes({'X', static_cast<unsigned char>(t.size()), 0, 0, 0}) + t;
+  };
+  // {'w': _rebuild_tensor_v2(storage of numel_long1 floats, 0, (1,), (1,), False, OrderedDict())}
+  auto tensor_pickle = [&](const std::string& numel_long1) {
+    return bytes({0x80, 2, '}', '('}) + text("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" +
+           text("storage") + "ctorch\nFloatStorage\n" + text("0") + text("cpu") + numel_long1 +
+           "tQ" + bytes({'K', 0, 'K', 1, 0x85, 'K', 1, 0x85, 0x89}) +
+           "ccollections\nOrderedDict\n)RtRu.";
+  };
+  write_torch_zip(tmp / "huge.pt", tensor_pickle(bytes({0x8a, 8, 0, 0, 0, 0, 0, 0, 0, 0x40})));
+  EXPECT_CONTAINS(error_of([&] { read_torch_save(tmp / "huge.pt"); }),
+                  "storage 0 claims 4611686018427387904 elements");
+  write_torch_zip(tmp / "missing.pt", tensor_pickle(bytes({0x8a, 6, 0, 0, 0, 0, 0, 1})));
+  EXPECT_CONTAINS(error_of([&] { read_torch_save(tmp / "missing.pt"); }), "it lacks the record data/0");
+}
+
 // Python's torch.load (weights_only=True) reads what save_state_dict writes, and the values match.
 TEST(StateDictPython, TorchLoadReadsSaveStateDict) {
   std::string why;

@@ -99,6 +99,20 @@ TEST(Config, ChoicesAreListed) {
   EXPECT_NE(msg.find("got \"resnet9000\""), std::string::npos) << msg;
 }
 
+// Found by fuzz_config (fuzz/regressions/config/): a mapping used as a key, inside a flow mapping,
+// escaped parse_config as yaml-cpp's "bad conversion" without the file's name.
+TEST(Config, AKeyThatIsNotANameIsAClearError) {
+  EXPECT_EQ(error_of("data:\n  type: synthetic\n  synthetic: {height: 8, {metric: test_loss, patience: 1}}\n"),
+            "recipe.yaml: data.synthetic at line 3: a key must be a name, but this key is a mapping; "
+            "write `name: value`");
+  EXPECT_EQ(error_of("[run]: 1\n"),
+            "recipe.yaml: (top level) at line 1: a key must be a name, but this key is a list; write "
+            "`name: value`");
+  const std::string fuzzed = testing::read_bytes(std::filesystem::path(STOKER_SOURCE_DIR) /
+                                                 "fuzz/regressions/config/crash-mapping-as-key");
+  EXPECT_NE(error_of(fuzzed).find("a key must be a name"), std::string::npos);
+}
+
 TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
             "recipe.yaml: optimizer.momentun at line 3: optimizer type 'sgd' has no key 'momentun'; it "
