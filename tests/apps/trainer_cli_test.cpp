@@ -32,7 +32,7 @@ struct Result {
 };
 
 Result run_trainer(const std::string& args) {
-  const std::string command = std::string(STOKER_TRAINER_BIN) + " " + args + " 2>&1";
+  const std::string command = std::string(stoker::testing::trainer_bin()) + " " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -512,8 +512,8 @@ checkpoint: {{every_steps: {}, save_best: false}}
   if (child == 0) {
     freopen(log.c_str(), "w", stdout);
     dup2(fileno(stdout), 2);
-    execl(STOKER_TRAINER_BIN, STOKER_TRAINER_BIN, "--config", config.c_str(), "--set", "run.name=stopped",
-          (char*)nullptr);
+    execl(stoker::testing::trainer_bin(), stoker::testing::trainer_bin(), "--config", config.c_str(), "--set",
+          "run.name=stopped", (char*)nullptr);
     _exit(127);
   }
   fs::path run_dir;
