@@ -9,9 +9,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
+
+#include <torch/torch.h>
 
 #include "data/dataset.h"
 #include "test_util.h"
@@ -27,7 +32,7 @@ struct Result {
 };
 
 Result run_trainer(const std::string& args) {
-  const std::string command = std::string(STOKER_TRAINER_BIN) + " " + args + " 2>&1";
+  const std::string command = std::string(stoker::testing::trainer_bin()) + " " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -320,6 +325,260 @@ TEST(TrainerCli, SigintStopsAndResumeContinuesWithTheSavedConfig) {
   EXPECT_CONTAINS(further.output, "config change on resume: train.epochs: 3 -> 4 (breaks exactness)");
   EXPECT_CONTAINS(further.output, "config change on resume: train.log_every_steps: 5 -> 7\n");
   EXPECT_CONTAINS(further.output, "epochs done:     4 of 4 (128 optimizer steps)");
+}
+
+// ---- SIGINT mid-epoch, then --resume: exactly the uninterrupted run (issue #12) -------------------
+
+void expect_archives_equal(torch::serialize::InputArchive& a, torch::serialize::InputArchive& b,
+                           const std::string& where, const std::set<std::string>& skip, int& compared,
+                           bool skip_param_addresses = false);
+
+// libtorch's optimizer archive names each parameter's state by the address of the parameter in the
+// process that wrote it ("state/<address>/exp_avg"); "param_groups/param_groups/<g>/params/<i>" (an
+// archive per group) holds those addresses in order. Compared by position: each state renamed to "<g>/<i>".
+std::map<std::string, std::string> parameter_positions(torch::serialize::InputArchive& groups) {
+  std::map<std::string, std::string> position;
+  static const std::regex group_key("param_groups/([0-9]+)"), param_key("params/([0-9]+)");
+  std::smatch g, p;
+  for (const std::string& key : groups.keys()) {
+    torch::serialize::InputArchive group;
+    if (!std::regex_match(key, g, group_key) || !groups.try_read(key, group)) continue;
+    for (const std::string& entry : group.keys()) {
+      c10::IValue address;
+      if (!std::regex_match(entry, p, param_key) || !group.try_read(entry, address) || !address.isString()) continue;
+      position[address.toStringRef()] = std::string(g[1]) + "/" + std::string(p[1]);
+    }
+  }
+  return position;
+}
+
+void expect_optimizers_equal(torch::serialize::InputArchive& a, torch::serialize::InputArchive& b,
+                             const std::string& where, int& compared) {
+  torch::serialize::InputArchive groups_a, groups_b, state_a, state_b;
+  ASSERT_TRUE(a.try_read("param_groups", groups_a) && b.try_read("param_groups", groups_b)) << where;
+  const std::map<std::string, std::string> pos_a = parameter_positions(groups_a), pos_b = parameter_positions(groups_b);
+  ASSERT_EQ(pos_a.size(), pos_b.size()) << where;
+  ASSERT_GT(pos_a.size(), 0u) << where;
+  // The groups' options and sizes; their "params/<i>" entries (addresses) are compared by position.
+  expect_archives_equal(groups_a, groups_b, where + "param_groups/", {}, compared, /*skip_param_addresses=*/true);
+  std::vector<std::string> rest_a = a.keys(), rest_b = b.keys();
+  std::sort(rest_a.begin(), rest_a.end());
+  std::sort(rest_b.begin(), rest_b.end());
+  EXPECT_EQ(rest_a, rest_b) << where;
+  if (!a.try_read("state", state_a)) return;  // no step taken yet
+  ASSERT_TRUE(b.try_read("state", state_b)) << where;
+  std::map<std::string, std::string> by_position_b;
+  for (const std::string& address : state_b.keys()) by_position_b[pos_b.at(address)] = address;
+  int states = 0;
+  for (const std::string& address : state_a.keys()) {
+    const std::string& position = pos_a.at(address);
+    ASSERT_EQ(by_position_b.count(position), 1u) << where << "state of parameter " << position << " missing";
+    torch::serialize::InputArchive sa, sb;
+    ASSERT_TRUE(state_a.try_read(address, sa) && state_b.try_read(by_position_b[position], sb)) << where << position;
+    expect_archives_equal(sa, sb, where + "state/" + position + "/", {}, compared);
+    ++states;
+  }
+  EXPECT_EQ(static_cast<size_t>(states), state_b.keys().size()) << where;
+  EXPECT_EQ(static_cast<size_t>(states), pos_a.size()) << where << "not every parameter has optimizer state";
+}
+
+// Every entry of two checkpoint archives (and of their nested ones: the optimizer, the loss scaler)
+// compared exactly: tensors with torch::equal, values with ==. `skip` names keys left out.
+void expect_archives_equal(torch::serialize::InputArchive& a, torch::serialize::InputArchive& b,
+                           const std::string& where, const std::set<std::string>& skip, int& compared,
+                           bool skip_param_addresses) {
+  static const std::regex param_address("params/[0-9]+");
+  std::vector<std::string> keys_a = a.keys(), keys_b = b.keys();
+  std::sort(keys_a.begin(), keys_a.end());
+  std::sort(keys_b.begin(), keys_b.end());
+  EXPECT_EQ(keys_a, keys_b) << where;
+  for (const std::string& key : keys_a) {
+    if (skip.count(key) != 0 || std::find(keys_b.begin(), keys_b.end(), key) == keys_b.end()) continue;
+    if (skip_param_addresses && std::regex_match(key, param_address)) continue;
+    c10::IValue va, vb;
+    ASSERT_TRUE(a.try_read(key, va)) << where << key;
+    ASSERT_TRUE(b.try_read(key, vb)) << where << key;
+    if (va.isObject()) {  // a nested archive
+      torch::serialize::InputArchive na, nb;
+      ASSERT_TRUE(a.try_read(key, na) && b.try_read(key, nb)) << where << key;
+      if (key == "optimizer") {
+        expect_optimizers_equal(na, nb, where + key + "/", compared);
+      } else {
+        expect_archives_equal(na, nb, where + key + "/", {}, compared, skip_param_addresses);
+      }
+      continue;
+    }
+    ++compared;
+    if (va.isTensor() && vb.isTensor()) {
+      const torch::Tensor ta = va.toTensor(), tb = vb.toTensor();
+      EXPECT_TRUE(ta.scalar_type() == tb.scalar_type() && ta.sizes() == tb.sizes() && torch::equal(ta, tb))
+          << where << key << " differs: max |a - b| = "
+          << (ta.sizes() == tb.sizes() ? (ta.to(torch::kDouble) - tb.to(torch::kDouble)).abs().max().item<double>()
+                                       : -1.0);
+    } else if (va.isDouble() && vb.isDouble() && std::isnan(va.toDouble()) && std::isnan(vb.toDouble())) {
+      // NaN (no best metric yet) on both sides
+    } else {
+      EXPECT_TRUE(va == vb) << where << key << " differs: " << va << " vs " << vb;
+    }
+  }
+}
+
+int compare_checkpoints(const fs::path& a, const fs::path& b) {
+  torch::serialize::InputArchive archive_a, archive_b;
+  archive_a.load_from(a.string());
+  archive_b.load_from(b.string());
+  int compared = 0;
+  // "config" is the resolved config, which names each run's own directory (run.dir).
+  expect_archives_equal(archive_a, archive_b, a.string() + " vs " + b.string() + ": ", {"config"}, compared);
+  return compared;
+}
+
+// The "epoch" and "step" of the last complete step line of a metrics.jsonl; {-1, -1} when none.
+std::pair<int64_t, int64_t> last_logged_step(const fs::path& metrics) {
+  std::pair<int64_t, int64_t> last{-1, -1};
+  if (!fs::exists(metrics)) return last;
+  std::string text = stoker::testing::read_bytes(metrics);
+  text = text.substr(0, text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n'));  // complete lines only
+  static const std::regex step_line(R"re("kind":"step","epoch":([0-9]+),"step":([0-9]+))re");
+  for (std::sregex_iterator it(text.begin(), text.end(), step_line), end; it != end; ++it) {
+    last = {std::stoll((*it)[1]), std::stoll((*it)[2])};
+  }
+  return last;
+}
+
+// Issue #12: SIGINT (Ctrl-C) in the middle of an epoch, after a periodic mid-epoch checkpoint, then
+// `trainer --resume RUN`, ends with exactly the weights, optimizer state (AdamW), loss-scaler state
+// (fp16-mixed), EMA, RNG and counters of the same run left alone: torch::equal on every tensor of
+// the final checkpoints, on the CPU with one intra-op thread, two loader workers and random
+// augmentation and dropout. So does resuming from the periodic mid-epoch checkpoint written before
+// the signal (a copy of the run directory taken then, as a crash would leave it).
+TEST(TrainerCliSignals, SigintMidEpochThenResumeEqualsTheUninterruptedRunExactly) {
+  TempDir data;
+  constexpr int64_t kBatches = 16;  // 512 samples / 32 per batch (drop_last)
+  constexpr int64_t kEvery = 4;     // a checkpoint every 4 steps: steps 4, 8, 12 of each epoch
+  constexpr int64_t kEpochs = 3;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 512, 64, 12);
+  // fp16-mixed on the CPU: autocast to float16 and the dynamic loss scaler (optim/grad_scaler.h),
+  // started high and grown every 3 steps so that it both skips overflowing steps and grows: its
+  // scale and growth tracker change the weights when they are not restored.
+  write_text(data / "r.yaml", fmt::format(R"(run: {{name: exact, dir: "{}", device: cpu, threads: 1, seed: 7}}
+data:
+  root: "{}"
+  batch_size: 32
+  eval_batch_size: 64
+  drop_last: true
+  workers: 2
+  train_transforms: [{{type: random_crop, size: 12, padding: 2}}, {{type: horizontal_flip, p: 0.5}}]
+  mean: [0.5]
+  std: [0.3]
+model: {{widths: [8, 16], blocks: [1, 1], dropout: 0.2}}
+optimizer: {{type: adamw, lr: 0.003, weight_decay: 0.05}}
+schedule: {{type: cosine, warmup_epochs: 0.5}}
+train:
+  epochs: {}
+  log_every_steps: 1
+  precision: fp16-mixed
+  loss_scale: {{init_scale: 1.0e+9, growth_interval: 3}}
+  ema_decay: 0.9
+checkpoint: {{every_steps: {}, save_best: false}}
+)",
+                                          (data / "runs").string(), data.path().string(), kEpochs, kEvery));
+  const std::string config = (data / "r.yaml").string();
+
+  // The run left alone.
+  const Result whole = run_trainer("--config " + config + " --set run.name=whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_CONTAINS(whole.output, fmt::format("({} optimizer steps)", kEpochs * kBatches));
+  fs::path whole_dir;
+  for (const auto& e : fs::directory_iterator(data / "runs/whole")) whole_dir = e.path();
+  const fs::path whole_last = whole_dir / "checkpoints/last.pt";
+  ASSERT_TRUE(fs::is_regular_file(whole_last));
+  {  // the loss scaler did skip overflowing steps: its state matters to the weights
+    torch::serialize::InputArchive archive, scaler;
+    archive.load_from(whole_last.string());
+    torch::Tensor skipped;
+    ASSERT_TRUE(archive.try_read("part.loss_scaler", scaler) && scaler.try_read("skipped", skipped, true));
+    EXPECT_GT(skipped.item<double>(), 0);
+  }
+
+  // The same run, frozen (SIGSTOP) now and then to look at its last logged step; once it is inside
+  // the second or a later epoch, past that epoch's first periodic checkpoint and at least three
+  // steps before its end, the run directory is copied as it is (its last.pt is that mid-epoch
+  // checkpoint), SIGINT is sent and the run continues (SIGCONT) to stop at the next step boundary.
+  // Where the signal lands does not depend on timing, only how many looks it takes.
+  const std::string log = (data / "stopped.txt").string();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), 2);
+    execl(stoker::testing::trainer_bin(), stoker::testing::trainer_bin(), "--config", config.c_str(), "--set",
+          "run.name=stopped", (char*)nullptr);
+    _exit(127);
+  }
+  fs::path run_dir;
+  const fs::path copy_dir = data / "copy";
+  std::pair<int64_t, int64_t> signalled_at{-1, -1};
+  int status = 0;
+  bool exited = false;
+  while (signalled_at.first < 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    kill(child, SIGSTOP);
+    if (waitpid(child, &status, WUNTRACED) != child || !WIFSTOPPED(status)) {
+      exited = true;  // it ended before a look found it in place
+      break;
+    }
+    if (run_dir.empty() && fs::exists(data / "runs/stopped")) {
+      for (const auto& e : fs::directory_iterator(data / "runs/stopped")) run_dir = e.path();
+    }
+    if (!run_dir.empty()) {
+      const auto [epoch, step] = last_logged_step(run_dir / "metrics.jsonl");
+      const int64_t in_epoch = step - epoch * kBatches;  // steps done in this epoch
+      if (epoch >= 1 && in_epoch > kEvery && in_epoch <= kBatches - 3) {
+        fs::copy(run_dir, copy_dir, fs::copy_options::recursive);
+        signalled_at = {epoch, step};
+        kill(child, SIGINT);
+      }
+    }
+    kill(child, SIGCONT);
+  }
+  if (!exited) ASSERT_EQ(waitpid(child, &status, 0), child);
+  const std::string output = stoker::testing::read_bytes(log);
+  ASSERT_GE(signalled_at.first, 0) << "the run ended before it was seen mid-epoch:\n" << output;
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  ASSERT_EQ(WEXITSTATUS(status), 130) << output;
+  // It stopped at the step it was in (or the next), mid-epoch: "stopped at epoch E, batch B (step S)".
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, std::regex("stopped at epoch ([0-9]+), batch ([0-9]+) \\(step ([0-9]+)\\)")))
+      << output;
+  const int64_t stopped_epoch = std::stoll(m[1]), stopped_batch = std::stoll(m[2]), stopped_step = std::stoll(m[3]);
+  EXPECT_EQ(stopped_epoch, signalled_at.first + 1) << output;
+  EXPECT_GT(stopped_batch, kEvery) << output;
+  EXPECT_LT(stopped_batch, kBatches) << output;
+  EXPECT_TRUE(stopped_step == signalled_at.second || stopped_step == signalled_at.second + 1) << output;
+  EXPECT_CONTAINS(output, "continue with: trainer --resume " + run_dir.string() + "\n");
+
+  // The printed command finishes it; its final checkpoint is the uninterrupted run's.
+  const Result resumed = run_trainer("--resume " + run_dir.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_CONTAINS(resumed.output, fmt::format("({} optimizer steps)", kEpochs * kBatches));
+  const int compared = compare_checkpoints(whole_last, run_dir / "checkpoints/last.pt");
+  EXPECT_GT(compared, 60);
+  std::cout << "stopped at step " << stopped_step << " (epoch " << stopped_epoch << ", batch " << stopped_batch
+            << "); " << compared << " checkpoint entries equal\n";
+
+  // Resumed from the periodic mid-epoch checkpoint that was last.pt when the signal was sent.
+  const fs::path copied_run = copy_dir;
+  torch::serialize::InputArchive periodic;
+  periodic.load_from((copied_run / "checkpoints/last.pt").string());
+  c10::IValue batch_in_epoch;
+  ASSERT_TRUE(periodic.try_read("state.batch_in_epoch", batch_in_epoch));
+  EXPECT_GT(batch_in_epoch.toInt(), 0);
+  EXPECT_LT(batch_in_epoch.toInt(), kBatches);
+  EXPECT_EQ(batch_in_epoch.toInt() % kEvery, 0);
+  const Result from_periodic = run_trainer("--resume " + copied_run.string());
+  ASSERT_EQ(from_periodic.exit_code, 0) << from_periodic.output;
+  EXPECT_GT(compare_checkpoints(whole_last, copied_run / "checkpoints/last.pt"), 20);
 }
 
 // Issue #12: `--set optimizer.lr=1e6` trained to the end with loss nan, saved NaN weights and
