@@ -165,11 +165,11 @@ std::optional<double> gpu_peak_flops(const std::string& device_name, MathType ma
   return tflops * 1e12;
 }
 
-double measure_cpu_peak_flops(int64_t n, int repeats) {
+double measure_cpu_peak_flops(int64_t n, int repeats, torch::ScalarType dtype) {
   STOKER_CHECK(n > 0 && repeats > 0, "measuring the CPU peak needs a positive size and repeats, got {} and {}",
                n, repeats);
   torch::NoGradGuard no_grad;
-  const torch::Tensor a = torch::rand({n, n}), b = torch::rand({n, n});
+  const torch::Tensor a = torch::rand({n, n}).to(dtype), b = torch::rand({n, n}).to(dtype);
   torch::Tensor c = torch::mm(a, b);  // warm-up: threads, caches
   double best = 0;
   for (int i = 0; i < repeats; ++i) {
@@ -183,8 +183,16 @@ double measure_cpu_peak_flops(int64_t n, int repeats) {
 
 std::optional<double> device_peak_flops(const torch::Device& device, MathType math, std::string* source) {
   if (device.is_cpu()) {
-    const double peak = measure_cpu_peak_flops();
-    *source = fmt::format("measured: float32 1024x1024 matmul on {} thread(s)", torch::get_num_threads());
+    double peak = measure_cpu_peak_flops();
+    std::string type = "float32";
+    const bool low = math == MathType::kBf16 || math == MathType::kFp16;
+    const torch::ScalarType dtype = math == MathType::kFp16 ? torch::kHalf : torch::kBFloat16;
+    if (const double in_low = low ? measure_cpu_peak_flops(1024, 5, dtype) : 0.0; in_low > peak) {
+      peak = in_low;
+      type = math_type_name(math);
+    }
+    *source = fmt::format("measured: {} 1024x1024 matmul on {} thread(s){}", type, torch::get_num_threads(),
+                          low ? fmt::format(", the faster of float32 and {}", math_type_name(math)) : "");
     return peak;
   }
 #ifdef STOKER_WITH_CUDA

@@ -2,7 +2,7 @@
 // - count_forward_flops: the multiply-accumulates (MACs) of a model's forward pass, counted from
 //   the shapes of every convolution and matrix product it actually runs.
 // - peak_flops_table / gpu_peak_flops: dense peak TFLOP/s of common GPUs for each math type.
-// - measure_cpu_peak_flops: the CPU's float32 matmul rate, measured.
+// - measure_cpu_peak_flops: the CPU's matmul rate, measured.
 // - mfu: achieved / peak.
 //
 // Convention (as in the PaLM paper's MFU and torch.utils.flop_counter): FLOPs = 2 x MACs, counted
@@ -55,12 +55,14 @@ const std::vector<GpuPeak>& peak_flops_table();
 // for a GPU not in the table.
 std::optional<double> gpu_peak_flops(const std::string& device_name, MathType math);
 
-// The best float32 FLOP/s of `repeats` n x n matmuls on the CPU with the current intra-op threads
-// (about 0.2 s for n = 1024 on two cores): the peak the CPU's MFU is measured against.
-double measure_cpu_peak_flops(int64_t n = 1024, int repeats = 5);
+// The best FLOP/s of `repeats` n x n matmuls in `dtype` on the CPU with the current intra-op threads
+// (about 0.2 s for n = 1024 on two cores in float32): the peak the CPU's MFU is measured against.
+double measure_cpu_peak_flops(int64_t n = 1024, int repeats = 5, torch::ScalarType dtype = torch::kFloat);
 
 // The peak for training on `device` in `math`: the table's entry for a CUDA GPU (nullopt, with
-// `source` saying so, for a GPU not in it), measure_cpu_peak_flops() in float32 for the CPU.
+// `source` saying so, for a GPU not in it); for the CPU, measure_cpu_peak_flops() in float32 and,
+// for bf16 / fp16 math, in that type too, the faster of the two (oneDNN's bf16 kernels can beat
+// float32 even without native bf16 instructions, and an MFU over 100% would say nothing).
 // `source` says where the number comes from, for the log and the report.
 std::optional<double> device_peak_flops(const torch::Device& device, MathType math, std::string* source);
 

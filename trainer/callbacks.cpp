@@ -26,7 +26,11 @@ std::string MetricsCallback::add_efficiency(JsonLine& line, double samples_per_s
   line.add("tflops", flops / 1e12);
   if (options_.peak_flops <= 0) return fmt::format(", {:.3g} TFLOP/s", flops / 1e12);
   line.add("mfu", flops / options_.peak_flops);
-  return fmt::format(", {:.3g} TFLOP/s, MFU {:.1f}%", flops / 1e12, 100.0 * flops / options_.peak_flops);
+  const double mfu = flops / options_.peak_flops;
+  // Over 100% only when the peak was measured low (the CPU's peak is measured once, at the start,
+  // and a busy machine then gives a low one): say so rather than print a number that means nothing.
+  return fmt::format(", {:.3g} TFLOP/s, MFU {:.1f}%{}", flops / 1e12, 100.0 * mfu,
+                     mfu > 1.0 ? " (over 100%: the peak measured at the start was low, the machine was busy then)" : "");
 }
 
 void MetricsCallback::reset_window() {

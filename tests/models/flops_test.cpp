@@ -81,6 +81,13 @@ TEST(Flops, CpuPeakIsMeasured) {
   EXPECT_GT(*peak, 1e9);
   EXPECT_LT(*peak, 1e14);
   EXPECT_CONTAINS(source, "measured");
+  // bf16 math: the faster of float32 and bfloat16 matmuls, never below the float32 one by more
+  // than the run-to-run noise, and the source names both.
+  std::string bf16_source;
+  const std::optional<double> bf16 = device_peak_flops(torch::kCPU, MathType::kBf16, &bf16_source);
+  ASSERT_TRUE(bf16);
+  EXPECT_GT(*bf16, 0.5 * *peak);
+  EXPECT_CONTAINS(bf16_source, "the faster of float32 and bf16");
 }
 
 TEST(FlopsPython, Resnet18MatchesTorchFlopCounter) {
