@@ -33,8 +33,8 @@ stoker() {
   local start; start=$(now)
   # shellcheck disable=SC2086
   "$trainer" --config configs/fashion_mnist.yaml --progress lines --set "run.dir=$runs" ${STOKER_ARGS:-} 2>&1 \
-    | grep -E '^epoch [0-9]+/[0-9]+:|training time|best|error' | log
-  echo "RESULT stoker wall_s $(elapsed "$start") top1 $(grep -o 'test top-1 [0-9.]*%' "$out" | tail -1 | grep -o '[0-9.]*')" | log
+    | grep -E 'info epoch [0-9]+/[0-9]+:|final test|training time|error' | log
+  echo "RESULT stoker wall_s $(elapsed "$start") top1 $(grep -o 'final test: *top-1 [0-9.]*%' "$out" | tail -1 | grep -o '[0-9.]*%' | tr -d %)" | log
 }
 
 for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
