@@ -86,6 +86,23 @@ std::optional<stoker::Config> train_config(const Args& args) {
 
 std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
 
+// The run's report.html, written when training ends (stopped runs too), so that every run can be
+// opened in a browser at once. The run is saved either way: a report that cannot be written is a
+// warning that says how to try again.
+void write_run_report(const std::filesystem::path& run_dir) {
+  if (run_dir.empty()) return;  // a rank other than 0: rank 0 writes the run directory
+  try {
+    stoker::ReportRequest request;
+    request.run = run_dir;
+    const std::filesystem::path written = stoker::write_report(request);
+    stoker::logger().info("report: {} (open it in a browser; TensorBoard: tensorboard --logdir {})", written.string(),
+                          run_dir.parent_path().parent_path().string());
+  } catch (const std::exception& e) {
+    stoker::logger().warn("the run's report.html was not written: {}; `trainer report {}` tries again", e.what(),
+                          run_dir.string());
+  }
+}
+
 }  // namespace
 
 int train(const Args& args) {
@@ -111,6 +128,7 @@ int train(const Args& args) {
     return 1;
   }
   log_summary(*config, out);
+  write_run_report(out.run_dir);
   if (out.fit.interrupted) {
     // The checkpoint holds the config this run trained with: resuming needs nothing else.
     // (A rank other than 0 of a distributed run does not know the run directory: rank 0 says it.)

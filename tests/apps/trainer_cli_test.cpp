@@ -651,6 +651,20 @@ class TrainerCliCheckpoints : public ::testing::Test {
   static inline std::string train_output_;
 };
 
+// A finished run can be opened at once: its report.html (the loss and test curves drawn) and its
+// TensorBoard events file are there, and the log says where.
+TEST_F(TrainerCliCheckpoints, AFinishedRunHasItsReportAndTensorBoardFiles) {
+  EXPECT_CONTAINS(train_output_, "report: " + (run_dir_ / "report.html").string());
+  const std::string html = stoker::testing::read_bytes(run_dir_ / "report.html");
+  EXPECT_CONTAINS(html, "<svg");
+  EXPECT_CONTAINS(html, "test top-1");
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(run_dir_ / "tb")) {
+    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::file_size(e.path()) > 0;
+  }
+  EXPECT_TRUE(events) << "no TensorBoard events file in " << (run_dir_ / "tb");
+}
+
 TEST_F(TrainerCliCheckpoints, EvalReportsTheRunsLastMetricsWithTop5AndEma) {
   const Result r = run_trainer("eval --config " + recipe_.string() + " --checkpoint " +
                                (run_dir_ / "checkpoints/last.pt").string());
