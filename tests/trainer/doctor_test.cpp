@@ -245,8 +245,8 @@ TEST(DoctorLadder, TuneFindsFasterSettingsWithinItsBudget) {
   EXPECT_EQ(applied.data.workers, r.best.workers);
 }
 
-// Reads too slow for the workers allowed: the tuner tries data.cache (raw first), which removes them,
-// and prints it; a cache over the memory budget is not tried and the table says why.
+// Reads too slow for the workers allowed: the tuner tries data.cache (raw, then decoded), which
+// removes them, and prints the faster; a cache over the memory budget is not tried and the table says why.
 TEST(DoctorLadder, TuneTriesTheCacheWhenWorkersCannotKeepUp) {
   TempDir dir;
   TuneOptions o;
@@ -263,11 +263,13 @@ TEST(DoctorLadder, TuneTriesTheCacheWhenWorkersCannotKeepUp) {
 
   o.memory_budget_bytes = 0;
   const TuneResult r = tune(synthetic_config(dir, 3000, 0), o);
-  EXPECT_EQ(r.best.cache, data::DataCache::kRaw) << format_tune(r);
+  // Synthetic samples pay in the read, so either cache removes the cost; which one measures faster
+  // is the machine's noise.
+  ASSERT_NE(r.best.cache, data::DataCache::kNone) << format_tune(r);
   EXPECT_GT(r.best.samples_per_s, 2 * r.start.samples_per_s) << format_tune(r);
-  EXPECT_CONTAINS(r.set_line(), "--set data.cache=raw");
+  EXPECT_CONTAINS(r.set_line(), fmt::format("--set data.cache={}", data_cache_name(r.best.cache)));
   const Config applied = parse_config(r.yaml(), "tuned.yaml");
-  EXPECT_EQ(applied.data.cache, data::DataCache::kRaw);
+  EXPECT_EQ(applied.data.cache, r.best.cache);
 }
 
 TEST(DoctorLadder, BatchSweepStopsAtTheMemoryBudget) {
