@@ -30,6 +30,11 @@ std::string format_bytes(double bytes) {
 
 const char* cache_level_name(CacheLevel level) { return level == CacheLevel::kRaw ? "raw" : "decoded"; }
 
+CacheLevel cache_level_of(DataCache cache) {
+  STOKER_CHECK(cache != DataCache::kNone, "data.cache: none has no cache level");
+  return cache == DataCache::kRaw ? CacheLevel::kRaw : CacheLevel::kDecoded;
+}
+
 CachedDataset::CachedDataset(std::shared_ptr<Dataset> inner, CacheOptions options)
     : inner_(std::move(inner)), options_(options) {
   STOKER_CHECK(inner_ != nullptr, "CachedDataset needs a data set to cache");

@@ -25,11 +25,14 @@
 
 #include "data/batch_source.h"
 #include "data/dataset.h"
+#include "data/settings.h"
 
 namespace stoker::data {
 
 enum class CacheLevel { kRaw, kDecoded };
 const char* cache_level_name(CacheLevel level);
+// The level `data.cache` asks for (kRaw or kDecoded; kNone has none and is refused).
+CacheLevel cache_level_of(DataCache cache);
 
 struct CacheOptions {
   CacheLevel level = CacheLevel::kRaw;

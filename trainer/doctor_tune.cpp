@@ -25,12 +25,7 @@
 namespace stoker {
 
 const char* data_cache_name(data::DataCache cache) {
-  switch (cache) {
-    case data::DataCache::kRaw: return "raw";
-    case data::DataCache::kDecoded: return "decoded";
-    case data::DataCache::kNone: break;
-  }
-  return "none";
+  return cache == data::DataCache::kNone ? "none" : data::cache_level_name(data::cache_level_of(cache));
 }
 
 namespace {
@@ -89,7 +84,7 @@ struct Tuner {
     const auto budget = static_cast<double>(
         options.memory_budget_bytes > 0 ? options.memory_budget_bytes : doctor::available_memory_bytes() / 2);
     data::CacheOptions o;
-    o.set_level(t.cache == data::DataCache::kRaw ? data::CacheLevel::kRaw : data::CacheLevel::kDecoded)
+    o.set_level(data::cache_level_of(t.cache))
         .set_max_samples((options.warmup + options.steps + 1) * config.data.batch_size)
         .set_fill_threads(std::max(1u, std::thread::hardware_concurrency()));
     o.max_image_pixels = config.data.max_image_pixels;

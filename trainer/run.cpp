@@ -57,7 +57,7 @@ namespace {
 std::shared_ptr<data::Dataset> cached(const Config& config, std::shared_ptr<data::Dataset> dataset,
                                       const std::string& split) {
   data::CacheOptions o;
-  o.set_level(config.data.cache == data::DataCache::kRaw ? data::CacheLevel::kRaw : data::CacheLevel::kDecoded);
+  o.set_level(data::cache_level_of(config.data.cache));
   o.set_fill_threads(std::max<int64_t>(1, std::thread::hardware_concurrency()));
   o.max_image_pixels = config.data.max_image_pixels;
   std::shared_ptr<data::CachedDataset> cache;
