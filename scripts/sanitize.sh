@@ -60,18 +60,40 @@ case "$kind" in
     # The whole CPU suite: everything but the Python comparisons (they need the venv's torchvision
     # and test nothing of ours that the goldens do not) and the doctor's timing ladder (it compares
     # measured step times, which a sanitizer distorts), and the installed-package test (it builds an
-    # outside project without the sanitizer flags against this sanitized static library).
-    label_args=(-LE 'python|doctor|package')
+    # outside project without the sanitizer flags against this sanitized static library), and the
+    # libFuzzer targets (clang builds them with its own ASan + UBSan against an installed package).
+    label_args=(-LE 'python|doctor|package|fuzz')
     filter_args=()
     ;;
   tsan)
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$SUPP/tsan.supp:${TSAN_OPTIONS:-}"
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-    label_args=(-LE 'python|doctor|package')
+    label_args=(-LE 'python|doctor|package|fuzz')
     filter_args=(-R '^(Loader|HostBatchPool|DevicePrefetcher|SamplePipeline|Prefetcher|Sampler|Checkpoint|TrainerCliSignals)\.|^TrainerCli\.(TrainsStopsOnSignalAndResumes|SigintStopsAndResumeContinuesWithTheSavedConfig)$')
     ;;
 esac
 echo "[sanitize] ASAN_OPTIONS=${ASAN_OPTIONS:-} UBSAN_OPTIONS=${UBSAN_OPTIONS:-} TSAN_OPTIONS=${TSAN_OPTIONS:-}"
+
+# The canaries: a known defect of each kind, built with this build's flags and run with the options
+# above, must end in a report and a failure, or a clean suite would prove nothing.
+flags=$(sed -n 's/^CMAKE_CXX_FLAGS:STRING=//p' "$BUILD_DIR/CMakeCache.txt")
+canary=$BUILD_DIR/sanitizer-canary
+# shellcheck disable=SC2086
+c++ $flags -O1 -g -pthread scripts/sanitizers/canary.cpp -o "$canary"
+case "$kind" in
+  asan) canaries=("heap|AddressSanitizer: heap-buffer-overflow" "ub|runtime error: signed integer overflow"
+                  "leak|LeakSanitizer: detected memory leaks") ;;
+  tsan) canaries=("race|ThreadSanitizer: data race") ;;
+esac
+for entry in "${canaries[@]}"; do
+  name=${entry%%|*} want=${entry#*|}
+  if out=$("$canary" "$name" 2>&1); then
+    echo "[sanitize] the $name canary ran to the end: $kind is not stopping defects (flags: $flags)" >&2
+    exit 1
+  fi
+  grep -qF "$want" <<<"$out" || { echo "[sanitize] the $name canary failed without '$want':" >&2; echo "$out" >&2; exit 1; }
+  echo "[sanitize] canary $name: stopped ($want)"
+done
 cd "$BUILD_DIR"
 status=0
 ctest --output-on-failure --timeout 1800 -j "$(nproc)" "${label_args[@]}" "${filter_args[@]}" "$@" || status=$?
