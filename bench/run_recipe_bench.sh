@@ -4,7 +4,9 @@
 # this machine, ROUNDS times (default 1) in alternating order: wall time, test top-1 and the ratio
 # Stoker / PyTorch (issue 10's target: >= 93.0% in <= 0.6x the script's wall time).
 #
-#   PEER_ARGS="--precision bf16-mixed"   run the script in another setting too (e.g. bf16 autocast)
+# The script's defaults are the recipe as it was (fp32, 12 epochs, lr 0.1).
+#   PEER_ARGS="--epochs 10 --lr 0.2"     the script with the recipe's current schedule
+#   PEER_ARGS="--precision bf16-mixed"   or in another setting (e.g. bf16 autocast)
 #   STOKER_ARGS="--set train.epochs=12"  extra trainer arguments
 #
 # Everything it prints is kept in $STOKER_CACHE/bench/recipe.txt. Timings need an otherwise idle machine.
