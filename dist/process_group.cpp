@@ -118,10 +118,11 @@ class ReducerDataParallel final : public DataParallel {
  public:
   ReducerDataParallel(PG group, torch::Device device, std::vector<torch::Tensor> params,
                       std::unordered_map<size_t, std::string> names, const ProcessGroupOptions& o)
-      : group_(std::move(group)), device_(device), grad_sync_(o.grad_sync), params_(params) {
-    STOKER_CHECK(grad_sync_ == "overlap" || grad_sync_ == "after_backward" || grad_sync_ == "none",
-                 "gradient sync '{}' is not overlap, after_backward or none", grad_sync_);
-    if (grad_sync_ != "overlap") return;  // the benchmarks' variants (ProcessGroupOptions::grad_sync)
+      : group_(std::move(group)), device_(device), params_(params) {
+    STOKER_CHECK(o.grad_sync == "overlap" || o.grad_sync == "after_backward" || o.grad_sync == "none",
+                 "gradient sync '{}' is not overlap, after_backward or none", o.grad_sync);
+    sync_after_backward_ = o.grad_sync == "after_backward";
+    if (o.grad_sync != "overlap") return;  // the benchmarks' variants (ProcessGroupOptions::grad_sync)
     const std::vector<size_t> limits = {static_cast<size_t>(o.first_bucket_bytes),
                                         static_cast<size_t>(o.bucket_bytes)};
     const std::vector<bool> sparse(params.size(), false);
@@ -152,7 +153,7 @@ class ReducerDataParallel final : public DataParallel {
 
   // grad_sync "after_backward": every gradient in one flat all-reduce once backward is done.
   void after_backward(bool sync) override {
-    if (!sync || grad_sync_ != "after_backward") return;
+    if (!sync || !sync_after_backward_) return;
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
     for (const auto& p : params_) grads.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros_like(p).flatten());
@@ -186,7 +187,7 @@ class ReducerDataParallel final : public DataParallel {
  private:
   PG group_;
   torch::Device device_;
-  std::string grad_sync_;
+  bool sync_after_backward_ = false;  // grad_sync "after_backward"
   std::vector<torch::Tensor> params_;
   std::unique_ptr<c10d::Reducer> reducer_;  // none with grad_sync other than "overlap"
 };

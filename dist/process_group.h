@@ -36,7 +36,6 @@ struct ProcessGroupOptions {
   std::string grad_sync = "overlap";
 
   ProcessGroupOptions& with_timeout(std::chrono::milliseconds v) { timeout = v; return *this; }
-  ProcessGroupOptions& with_grad_sync(std::string v) { grad_sync = std::move(v); return *this; }
   ProcessGroupOptions& with_bucket_bytes(int64_t v) { bucket_bytes = v; return *this; }
 };
 

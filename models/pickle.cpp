@@ -55,8 +55,6 @@ class Unpickler {
   using Handler = void (Unpickler::*)(uint8_t code);
   static const std::array<Handler, 256>& handlers();
 
-  [[noreturn]] static void fail(const std::string& what) { ::stoker::models::pickle::fail(what); }
-
   // The pickle's bytes.
   template <typename T>
   T take() {

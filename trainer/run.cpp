@@ -214,14 +214,28 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
 }
 
+// The checkpoint a run resumes from and the config saved in it (none in checkpoints written without
+// one), read once: the shard check before joining the ranks and the config check after it use both.
+struct ResumeSource {
+  fs::path checkpoint;
+  std::optional<Config> saved;
+};
+
+ResumeSource read_resume_source(const fs::path& run_dir_or_file) {
+  ResumeSource r{resolve_checkpoint(run_dir_or_file), std::nullopt};
+  const std::string yaml = read_checkpoint_config(r.checkpoint);
+  if (!yaml.empty()) r.saved = parse_config(yaml, r.checkpoint.string() + " (its saved config)");
+  return r;
+}
+
 // Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
 // that break exactness unless allowed; returns one line per difference for the log.
-std::vector<std::string> check_resume_config(const Config& config, const fs::path& checkpoint, bool allow) {
-  const std::string saved_yaml = read_checkpoint_config(checkpoint);
-  if (saved_yaml.empty()) {
+std::vector<std::string> check_resume_config(const Config& config, const ResumeSource& source, bool allow) {
+  const fs::path& checkpoint = source.checkpoint;
+  if (!source.saved) {
     return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
   }
-  Config saved = parse_config(saved_yaml, checkpoint.string() + " (its saved config)");
+  Config saved = *source.saved;
   saved.data.shard_rank = config.data.shard_rank;  // each rank's own, not a change
   std::vector<std::string> lines, breaking;
   for (const ConfigDifference& d : config_differences(saved, config)) {
@@ -337,14 +351,15 @@ void record_final_results(Trainer& trainer, TrainOutcome& outcome) {
 }
 
 // run_training once this process has joined its ranks (or is alone).
-TrainOutcome train_joined(const TrainRequest& request, Config& config, const Distributed& distributed) {
+TrainOutcome train_joined(const TrainRequest& request, const std::optional<ResumeSource>& resume, Config& config,
+                          const Distributed& distributed) {
   const bool writes = distributed.writes();  // only rank 0 writes the run directory
   // Everything that can be checked is checked before the run directory is made.
   std::optional<fs::path> resume_from;
   std::vector<std::string> config_changes;
-  if (request.resume) {
-    resume_from = resolve_checkpoint(*request.resume);
-    config_changes = check_resume_config(config, *resume_from, request.allow_config_change);
+  if (resume) {
+    resume_from = resume->checkpoint;
+    config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
   TrainingSetup setup = make_training(config, distributed);
   Trainer& trainer = *setup.trainer;
@@ -393,11 +408,10 @@ TrainOutcome train_joined(const TrainRequest& request, Config& config, const Dis
 // data.shard_rank / shard_count of a run under a launcher are start_distributed's outputs, and its saved
 // config holds them: resumed from that config, they are cleared here (start_distributed sets them again
 // and refuses them otherwise), and the world size they record must be this launch's.
-void take_saved_shards(Config& config, const std::optional<fs::path>& checkpoint) {
-  if (!checkpoint || config.run.distributed == "off") return;
-  const std::string yaml = read_checkpoint_config(*checkpoint);
-  if (yaml.empty()) return;
-  const Config saved = parse_config(yaml, checkpoint->string() + " (its saved config)");
+void take_saved_shards(Config& config, const std::optional<ResumeSource>& resume) {
+  if (!resume || !resume->saved || config.run.distributed == "off") return;
+  const fs::path& checkpoint = resume->checkpoint;
+  const Config& saved = *resume->saved;
   if (saved.run.distributed == "off") return;  // sharded by hand: checked as any other key
   if (config.data.shard_count == saved.data.shard_count && config.data.shard_rank == saved.data.shard_rank) {
     config.data.shard_rank = 0;
@@ -409,22 +423,23 @@ void take_saved_shards(Config& config, const std::optional<fs::path>& checkpoint
       was == 1 ? std::string("as one process (no launcher)")
                : fmt::format("on {} ranks, e.g. python -m torch.distributed.run --nproc-per-node {} --no-python "
                              "trainer --resume {}",
-                             was, was, run_dir_of(*checkpoint).string());
+                             was, was, run_dir_of(checkpoint).string());
   STOKER_FAIL("cannot resume {} on {} process(es): it was trained by {} ranks (data.shard_count {} in its saved "
               "config), and a different world size is not supported (each rank's position in the epoch and "
               "the global batch depend on it); resume it {}",
-              checkpoint->string(), is, was, was, how);
+              checkpoint.string(), is, was, was, how);
 }
 
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& request) {
   Config config = request.config;
-  take_saved_shards(config, request.resume ? std::optional<fs::path>(resolve_checkpoint(*request.resume))
-                                           : std::nullopt);
+  const std::optional<ResumeSource> resume =
+      request.resume ? std::optional<ResumeSource>(read_resume_source(*request.resume)) : std::nullopt;
+  take_saved_shards(config, resume);
   // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
   const Distributed distributed = start_distributed(config);
-  return naming_peers(distributed, [&] { return train_joined(request, config, distributed); });
+  return naming_peers(distributed, [&] { return train_joined(request, resume, config, distributed); });
 }
 
 StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup) {

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <thread>
 
 #include "test_util.h"
 #include "trainer/distributed_procs.h"
@@ -108,17 +107,6 @@ TEST_F(DistributedLaunch, OneRunDirectoryMetricsFromRankZeroAndShardedEvaluation
   EXPECT_CONTAINS(testing::final_test_line(log0), "(40 samples)");
 }
 
-// Waits (at most 90 s: torchrun starts Python first) until the run's metrics show training steps.
-bool wait_for_steps(const fs::path& run_root) {
-  for (int i = 0; i < 4500; ++i) {
-    for (const fs::path& run : testing::run_dirs(run_root)) {
-      if (fs::exists(run / "metrics.jsonl") && fs::file_size(run / "metrics.jsonl") > 0) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
 // SIGINT to the launcher (as Ctrl-C on its terminal, or Slurm's scancel --signal=INT): torchrun
 // passes it to both ranks, they agree to stop at the same step, rank 0 saves last.pt; the run
 // resumes on two ranks and ends with exactly the uninterrupted run's weights (the same all-reduces
@@ -129,7 +117,7 @@ TEST_F(DistributedLaunch, SigintStopsBothRanksAndTheRunResumesOnTwoRanksExactly)
 
   const pid_t launcher = start_torchrun("cut", recipe("cut", sets));
   testing::Reaper reaper({launcher});
-  const bool training = wait_for_steps(dir_ / "runs/cut");
+  const bool training = testing::wait_for_metrics(dir_ / "runs/cut", std::chrono::seconds(90));  // torchrun starts Python first
   ::kill(launcher, SIGINT);
   testing::wait_until(launcher, std::chrono::steady_clock::now() + std::chrono::seconds(60));
   const std::string cut0 = rank_log("cut", 0), cut1 = rank_log("cut", 1);

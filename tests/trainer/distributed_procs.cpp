@@ -75,6 +75,11 @@ pid_t start_trainer(const std::vector<std::string>& args, const std::map<std::st
   return start_process(argv, extra, log);
 }
 
+std::map<std::string, std::string> launcher_env(int rank, int world, const std::string& port) {
+  return {{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+}
+
 int wait_until(pid_t pid, std::chrono::steady_clock::time_point deadline) {
   int status = 0;
   bool terminated = false;
@@ -107,6 +112,17 @@ std::vector<fs::path> run_dirs(const fs::path& root) {
     for (const auto& e : fs::directory_iterator(root)) out.push_back(e.path());
   }
   return out;
+}
+
+bool wait_for_metrics(const fs::path& root, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const fs::path& run : run_dirs(root)) {
+      if (fs::exists(run / "metrics.jsonl") && fs::file_size(run / "metrics.jsonl") > 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 std::map<std::string, torch::Tensor> recipe_weights(const fs::path& checkpoint) {

@@ -25,6 +25,8 @@ int free_port();
 // and stderr go to `log`.
 pid_t start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra,
                     const std::filesystem::path& log);
+// The variables a launcher gives rank `rank` of `world` ranks meeting at 127.0.0.1:`port`.
+std::map<std::string, std::string> launcher_env(int rank, int world, const std::string& port);
 // The same for the trainer program: `args` follow its path.
 pid_t start_trainer(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra,
                     const std::filesystem::path& log);
@@ -47,6 +49,8 @@ class Reaper {
 
 // The run folders under `root` (<run.dir>/<run.name>).
 std::vector<std::filesystem::path> run_dirs(const std::filesystem::path& root);
+// Waits (at most `timeout`) until a run under `root` has written metrics, i.e. trains; false if none did.
+bool wait_for_metrics(const std::filesystem::path& root, std::chrono::seconds timeout);
 
 // The named parameters in `checkpoint` of the recipe's model (write_dist_recipe: mlp, hidden [16]).
 std::map<std::string, torch::Tensor> recipe_weights(const std::filesystem::path& checkpoint);

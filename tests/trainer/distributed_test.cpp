@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <map>
-#include <thread>
 
 #include "test_util.h"
 #include "trainer/distributed_procs.h"
@@ -73,11 +72,7 @@ Ranks train(const TempDir& dir, const std::string& name, int ranks, const std::v
   const std::string port = std::to_string(testing::free_port());
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
-    std::map<std::string, std::string> env;
-    if (ranks > 1) {
-      env = {{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(ranks)},
-             {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-    }
+    const auto env = ranks > 1 ? testing::launcher_env(r, ranks, port) : std::map<std::string, std::string>();
     pids.push_back(testing::start_trainer(args, env, dir / fmt::format("{}.rank{}.log", name, r)));
   }
   testing::Reaper reaper(pids);
@@ -128,23 +123,10 @@ std::vector<pid_t> start_pair(const TempDir& dir, const std::string& epochs) {
   const std::string port = std::to_string(testing::free_port());
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
-    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
     pids.push_back(testing::start_trainer({"--config", (dir / "r.yaml").string(), "--set", "train.epochs=" + epochs},
-                                          env, dir / fmt::format("rank{}.log", r)));
+                                          testing::launcher_env(r, 2, port), dir / fmt::format("rank{}.log", r)));
   }
   return pids;
-}
-
-// Waits (at most 60 s) until rank 0's metrics show that training runs.
-bool wait_for_training(const fs::path& run_root) {
-  for (int i = 0; i < 3000; ++i) {
-    for (const fs::path& run : testing::run_dirs(run_root)) {
-      if (fs::exists(run / "metrics.jsonl") && fs::file_size(run / "metrics.jsonl") > 0) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 // A rank killed mid-run: the other stops at its next all-reduce, with an error that names the rank
@@ -154,7 +136,7 @@ TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
   testing::write_dist_recipe(dir.path());
   const std::vector<pid_t> pids = start_pair(dir, "100000");
   testing::Reaper reaper(pids);
-  const bool training = wait_for_training(dir / "runs/run");
+  const bool training = testing::wait_for_metrics(dir / "runs/run", std::chrono::seconds(60));
   ::kill(pids[1], SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   const int code = testing::wait_until(pids[0], killed + std::chrono::seconds(60));
@@ -181,10 +163,8 @@ TEST(DistributedTrainer, AnErrorOnOneRankIsNamedInTheOthersErrors) {
   const std::string port = std::to_string(testing::free_port());
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
-    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-    pids.push_back(testing::start_trainer({"--config", (dir / (r == 0 ? "r.yaml" : "r1.yaml")).string()}, env,
-                                          dir / fmt::format("rank{}.log", r)));
+    pids.push_back(testing::start_trainer({"--config", (dir / (r == 0 ? "r.yaml" : "r1.yaml")).string()},
+                                          testing::launcher_env(r, 2, port), dir / fmt::format("rank{}.log", r)));
   }
   testing::Reaper reaper(pids);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -203,7 +183,7 @@ TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
   testing::write_dist_recipe(dir.path());
   const std::vector<pid_t> pids = start_pair(dir, "100000");
   testing::Reaper reaper(pids);
-  const bool training = wait_for_training(dir / "runs/run");
+  const bool training = testing::wait_for_metrics(dir / "runs/run", std::chrono::seconds(60));
   ::kill(pids[1], SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   const int code1 = testing::wait_until(pids[1], deadline), code0 = testing::wait_until(pids[0], deadline);
