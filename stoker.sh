@@ -53,7 +53,13 @@ case "$cmd" in
     # (With your own libtorch there is no venv: those tests skip and say so.)
     [ -n "${STOKER_TORCH_DIR:-}" ] || bench/setup.sh
     cd "$BUILD_DIR"
-    exec ctest --output-on-failure --timeout 900 -j "$(nproc)"
+    # The fuzz test (label fuzz: clang builds and 3 minutes of ASan fuzzers) runs after the rest: the
+    # doctor's tests time training steps against each other, and right after it the machine is busy
+    # for a while (the kernel reclaiming the fuzzers' memory): twice a doctor test missed its margin then.
+    status=0
+    ctest --output-on-failure --timeout 900 -j "$(nproc)" -LE fuzz || status=$?
+    ctest --output-on-failure --timeout 900 -L fuzz || status=$?
+    exit "$status"
     ;;
   build)
     mkdir -p "$(dirname "$BUILD_DIR")"
