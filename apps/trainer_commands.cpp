@@ -193,15 +193,17 @@ int bench_step(const Args& args) {
   std::printf("ms/step   %10.3f   (%lld steps in %.2f s on %s%s)\n", r.ms_per_step, (long long)r.steps,
               r.seconds, r.device.c_str(), r.graph ? ", CUDA graph replays" : "");
   std::printf("samples/s %10.1f\n", r.samples_per_s);
+  std::printf("precision %s\nhardware  %s\n", precision_name(r.precision).c_str(), r.hardware.c_str());
   std::printf("%s\n", stoker::JsonLine()
                           .add("model", config.model.type())
-                          .add("precision", precision_name(config.train.precision))
+                          .add("precision", precision_name(r.precision))
                           .add("channels_last", config.train.channels_last)
                           .add("cuda_graph", r.graph)
                           .add("batch_size", r.batch_size)
                           .add("ms_per_step", r.ms_per_step)
                           .add("samples_per_s", r.samples_per_s)
                           .add("device", r.device)
+                          .add("hardware", r.hardware)
                           .str()
                           .c_str());
   return 0;

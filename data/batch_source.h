@@ -37,6 +37,13 @@ struct StageTimes {
   int64_t samples = 0, batches = 0, bad_samples = 0;
 };
 
+// The shape of one input sample as a source hands it out: channels, height, width (height and width
+// 0 when the samples vary in size).
+struct InputShape {
+  int64_t channels = 0, height = 0, width = 0;
+  bool fixed() const { return channels > 0 && height > 0 && width > 0; }
+};
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -49,6 +56,7 @@ class BatchSource {
   virtual int64_t channels() const = 0;
   virtual int64_t out_height() const = 0;
   virtual int64_t out_width() const = 0;
+  InputShape shape() const { return {channels(), out_height(), out_width()}; }
 
   // Starts `epoch` at batch `first_batch` (to resume mid-epoch); abandons any epoch in progress.
   virtual void start_epoch(int64_t epoch, int64_t first_batch = 0) = 0;

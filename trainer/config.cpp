@@ -117,9 +117,7 @@ void visit_schedule(Config& c, V& v) {
 template <typename V>
 void visit_train(Config& c, V& v) {
   v.field("epochs", c.train.epochs, at_least(1));
-  choice(v, "precision", c.train.precision,
-         {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16-mixed", Precision::kBf16Mixed},
-          {"fp16-mixed", Precision::kFp16Mixed}, {"bf16-true", Precision::kBf16True}});
+  choice(v, "precision", c.train.precision, precision_names());
   v.section("loss_scale", [&] {
     v.field("init_scale", c.train.loss_scale.init_scale, positive());
     v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));

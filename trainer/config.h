@@ -55,7 +55,9 @@ struct TraceOptions {
 
 struct TrainOptions {
   int64_t epochs = 10;
-  Precision precision = Precision::kFp32;  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true
+  // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true | auto. auto: chosen at start for the device from
+  // its features and a few timed steps (trainer/precision_choice.h); a resumed run keeps its choice.
+  Precision precision = Precision::kFp32;
   LossScaleOptions loss_scale;     // used by fp16-mixed
   // Gradient accumulation: one optimizer step every `accumulate_steps` batches, or, when
   // `effective_batch_size` is set, as many batches as make that many samples per optimizer step

@@ -19,6 +19,7 @@
 #include "trainer/doctor_detail.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
+#include "trainer/precision_choice.h"
 #include "trainer/run.h"
 
 namespace stoker {
@@ -35,12 +36,17 @@ double available_memory_bytes() {
   return 0;
 }
 
-Bench make_bench(const Config& config) {
+Bench make_bench(const Config& recipe) {
   Bench b;
+  b.config = recipe;
+  const Config& config = b.config;
   b.device = resolve_device(config.run.device);
   configure_threads(config.run.threads, config.data.workers, b.device.is_cpu());
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   b.dataset = make_dataset(config, "train");
+  const PrecisionDecision precision = choose_precision(recipe, b.device, input_shape(config, b.dataset));
+  precision.log();
+  b.config.train.precision = precision.precision;
   b.loader = make_loader(config, b.dataset, b.device, "train");
   b.trainer = make_trainer(config, make_model(config, b.loader->channels()), b.loader, b.loader, b.device);
   apply_cudnn_benchmark(config, *b.loader, b.device);
@@ -200,6 +206,7 @@ LadderContext ladder_context(const Config& config, const doctor::Bench& bench) {
   ctx.available_bytes = doctor::available_memory_bytes();
   ctx.threads_follow_workers = config.run.threads == 0;
   ctx.precision = precision_name(config.train.precision);
+  ctx.hardware = detect_hardware(bench.device).summary();
   ctx.channels_last = config.train.channels_last;
   ctx.dataset_samples = bench.dataset->size();
   return ctx;
@@ -249,13 +256,43 @@ void settle_ceiling(const doctor::Bench& bench, const DoctorOptions& options, La
   for (RungResult& r : result.rungs) r.ratio = r.measured && ceiling > 0 ? r.samples_per_s / ceiling : 0;
 }
 
+// The training step timed in each precision this device supports, channels-first and channels-last,
+// on a synthetic batch of the recipe's shape; precisions without a fast path here are listed, not
+// timed (bf16 on a CPU without oneDNN's bf16 path runs ATen's reference code: seconds per step).
+std::vector<StepVariant> time_step_variants(const Config& config, const doctor::Bench& bench) {
+  const HardwareFeatures hw = detect_hardware(bench.device);
+  std::vector<Precision> precisions = {Precision::kFp32};
+  if (bench.device.is_cuda() && hw.sm >= 80) precisions.push_back(Precision::kTf32);
+  precisions.push_back(Precision::kBf16Mixed);
+  if (bench.device.is_cuda() && hw.sm >= 70) precisions.push_back(Precision::kFp16Mixed);
+  const data::InputShape shape = bench.loader->shape();
+  std::vector<StepVariant> out;
+  for (Precision p : precisions) {
+    for (bool channels_last : {false, true}) {
+      StepVariant v;
+      v.precision = precision_name(p);
+      v.channels_last = channels_last;
+      const bool bf16_slow = p == Precision::kBf16Mixed && (bench.device.is_cpu() ? !hw.onednn_bf16 : hw.sm < 80);
+      if (bf16_slow || !shape.fixed()) {
+        v.measured = false;
+        v.note = !shape.fixed() ? "not timed: the batches vary in shape" : "not timed: no fast bf16 path here";
+      } else {
+        v.ms = time_training_step(config, bench.device, shape, p, channels_last).ms;
+      }
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
+LadderResult run_ladder(const Config& recipe, const DoctorOptions& options) {
   STOKER_CHECK(options.steps > 0 && options.warmup >= 0 && options.cached_batches > 0,
                "doctor needs steps > 0, warmup >= 0 and cached_batches > 0");
   auto& log = logger();
-  const doctor::Bench bench = doctor::make_bench(config);
+  const doctor::Bench bench = doctor::make_bench(recipe);
+  const Config& config = bench.config;
   LadderResult result;
   LadderContext& ctx = result.context;
   ctx = ladder_context(config, bench);
@@ -276,6 +313,12 @@ LadderResult run_ladder(const Config& config, const DoctorOptions& options) {
   result.rungs.push_back(full_rung(bench, options));
   settle_ceiling(bench, options, result);
   result.diagnosis = diagnose(ctx, result.rungs);
+  if (!result.diagnosis.input_bound) {
+    // Compute-bound: the step itself is the bottleneck; time it in each precision and layout here.
+    log.info("doctor: compute-bound; timing the step in each precision and layout this device supports");
+    ctx.step_variants = time_step_variants(config, bench);
+    result.diagnosis = diagnose(ctx, result.rungs);
+  }
   return result;
 }
 

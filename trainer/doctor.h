@@ -50,6 +50,15 @@ struct RungResult {
   double us_per_sample(double seconds_in_stage) const;
 };
 
+// The training step in one precision and memory layout, timed on a synthetic batch (compute only).
+struct StepVariant {
+  std::string precision;       // as train.precision names it
+  bool channels_last = false;
+  bool measured = true;        // false: not timed, `note` says why
+  double ms = 0;               // per step
+  std::string note;
+};
+
 // What the machine and the recipe looked like while the ladder ran.
 struct LadderContext {
   std::string device;           // "cpu", "cuda:0"
@@ -63,8 +72,11 @@ struct LadderContext {
   // run.threads: 0 (the default): on the CPU libtorch gets the cores the loader's workers leave, so
   // each worker added slows the step; with run.threads set, the step keeps its threads.
   bool threads_follow_workers = true;
-  std::string precision = "fp32";  // train.precision, for remedies not to suggest what is set
+  std::string precision = "fp32";  // train.precision (resolved), for remedies not to suggest what is set
   bool channels_last = false;      // train.channels_last
+  std::string hardware;            // the device's features (HardwareFeatures::summary)
+  // Compute-bound only: the step timed in each precision and layout the device supports.
+  std::vector<StepVariant> step_variants;
   double available_bytes = 0;   // memory available (MemAvailable) when the ladder started
   double fill_seconds = 0;      // time spent filling the caches (not part of any rung)
   // The device-cached rung runs first and again last; the faster is the ceiling, and how far the

@@ -15,8 +15,10 @@
 namespace stoker::doctor {
 
 // What every doctor measurement starts from: the recipe's device (threads and seed set as training
-// sets them), its training split, its loader and a Trainer of its model, cudnn.benchmark applied.
+// sets them), its training split, its loader and a Trainer of its model, cudnn.benchmark applied;
+// `config` is the recipe as resolved for the device (train.precision: auto replaced by the choice).
 struct Bench {
+  Config config;
   torch::Device device = torch::kCPU;
   std::shared_ptr<data::Dataset> dataset;
   std::shared_ptr<data::Loader> loader;

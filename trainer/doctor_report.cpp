@@ -166,6 +166,40 @@ void worker_remedy(const LadderContext& c, const std::vector<RungResult>& rungs,
 }
 
 
+std::string variant_name(const StepVariant& v) {
+  return fmt::format("{}{}", v.precision, v.channels_last ? " channels-last" : "");
+}
+
+// The remedy of a compute-bound recipe: the fastest precision and layout timed here (when the doctor
+// timed them) as --set flags with the gain it measured, then the batch size and graphs.
+void step_remedy(const LadderContext& c, Diagnosis& d) {
+  const StepVariant* current = nullptr;
+  const StepVariant* fastest = nullptr;
+  for (const StepVariant& v : c.step_variants) {
+    if (!v.measured) continue;
+    if (v.precision == c.precision && v.channels_last == c.channels_last) current = &v;
+    if (fastest == nullptr || v.ms < fastest->ms) fastest = &v;
+  }
+  if (current != nullptr && fastest != nullptr && fastest->ms < current->ms / 1.05) {
+    std::string flags;
+    if (fastest->precision != c.precision) flags += fmt::format(" --set train.precision={}", fastest->precision);
+    if (fastest->channels_last != c.channels_last) {
+      flags += fmt::format(" --set train.channels_last={}", fastest->channels_last ? "true" : "false");
+    }
+    d.lines.push_back(fmt::format("remedy:{}: a training step takes {:.1f} ms in {} against {:.1f} ms as configured "
+                                  "({}), predicted {:.2f}x the samples/s",
+                                  flags, fastest->ms, variant_name(*fastest), current->ms, variant_name(*current),
+                                  current->ms / fastest->ms));
+  } else if (current != nullptr) {
+    d.lines.push_back(fmt::format("the recipe's precision and layout ({}, {:.1f} ms per step) are the fastest of those "
+                                  "timed here",
+                                  variant_name(*current), current->ms));
+  }
+  std::string rest = "remedy: speed up the step itself: a batch size that uses the device (`trainer doctor --batch`)";
+  if (c.device != "cpu") rest += ", train.cuda_graph for small models";
+  d.lines.push_back(rest);
+}
+
 // The diagnosis of the rungs' numbers alone (diagnose() adds the note on the machine's steadiness).
 Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>& rungs) {
   Diagnosis d;
@@ -182,12 +216,7 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
         "compute-bound: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of "
         "device-cached batches; the input keeps up (the step waited for it {:.0f}% of the time)",
         full->samples_per_s, ratio, ceiling->samples_per_s, 100 * full->wait_share));
-    std::string remedy = "remedy: speed up the step itself: ";
-    if (c.precision == "fp32" || c.precision == "tf32") remedy += "train.precision: bf16-mixed, ";
-    if (!c.channels_last) remedy += "train.channels_last: true, ";
-    remedy += "a batch size that uses the device (`trainer doctor --batch`)";
-    if (c.device != "cpu") remedy += ", train.cuda_graph for small models";
-    d.lines.push_back(remedy);
+    step_remedy(c, d);
     return d;
   }
   d.lines.push_back(fmt::format(
@@ -228,8 +257,10 @@ Diagnosis diagnose(const LadderContext& c, const std::vector<RungResult>& rungs)
 std::string format_ladder(const LadderResult& result) {
   const LadderContext& c = result.context;
   std::string out = fmt::format(
-      "doctor: {} batch {}, {} worker(s), {} core(s), {} libtorch thread(s), {} training samples\n\n", c.device,
-      c.batch_size, c.workers, c.cores, c.torch_threads, c.dataset_samples);
+      "doctor: {} batch {}, {} worker(s), {} core(s), {} libtorch thread(s), {} training samples, precision {}\n", c.device,
+      c.batch_size, c.workers, c.cores, c.torch_threads, c.dataset_samples, c.precision);
+  if (!c.hardware.empty()) out += fmt::format("hardware: {}\n", c.hardware);
+  out += "\n";
   out += fmt::format("{:<15} {:>8} {:>10} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "rung", "steps/s",
                      "samples/s", "ratio", "wait", "read", "decode", "transf", "copy", "us/sam");
   for (const RungResult& r : result.rungs) {
@@ -244,6 +275,12 @@ std::string format_ladder(const LadderResult& result) {
                        1e6 / r.samples_per_s);
   }
   out += "(stage columns: CPU microseconds per sample, summed over workers; us/sam: wall time per sample)\n";
+  if (!c.step_variants.empty()) {
+    out += fmt::format("\ntraining step by precision and layout (synthetic batch of {}):\n", c.batch_size);
+    for (const StepVariant& v : c.step_variants) {
+      out += fmt::format("  {:<26} {}\n", variant_name(v), v.measured ? fmt::format("{:8.1f} ms", v.ms) : v.note);
+    }
+  }
   for (const RungResult& r : result.rungs) {
     if (r.measured && !r.note.empty()) out += fmt::format("{}: {}\n", r.name, r.note);
   }
@@ -259,7 +296,13 @@ JsonLine ladder_json_line(const LadderResult& result) {
   JsonLine json;
   const LadderContext& c = result.context;
   json.add("device", c.device).add("batch_size", c.batch_size).add("workers", c.workers).add("cores", c.cores);
-  json.add("ceiling_spread", c.ceiling_spread);
+  json.add("ceiling_spread", c.ceiling_spread).add("precision", c.precision).add("hardware", c.hardware);
+  for (const StepVariant& v : c.step_variants) {
+    if (!v.measured) continue;
+    std::string key = fmt::format("step_ms_{}{}", v.precision, v.channels_last ? "_channels_last" : "");
+    std::replace(key.begin(), key.end(), '-', '_');
+    json.add(key, v.ms);
+  }
   for (const RungResult& r : result.rungs) {
     std::string key = r.name;
     std::replace(key.begin(), key.end(), '-', '_');

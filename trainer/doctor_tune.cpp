@@ -38,10 +38,10 @@ constexpr double kBetter = 1.02;         // a trial must be 2% faster to replace
 
 // Tuning state: the data set, the trainer every trial steps, what was tried, the clock.
 struct Tuner {
-  Tuner(const Config& c, const TuneOptions& o) : config(c), options(o), bench(doctor::make_bench(c)) {}
-  const Config& config;
+  Tuner(const Config& c, const TuneOptions& o) : bench(doctor::make_bench(c)), config(bench.config), options(o) {}
+  doctor::Bench bench;   // its loader has the starting settings
+  const Config& config;  // the recipe, resolved for the device (bench.config)
   const TuneOptions& options;
-  doctor::Bench bench;  // its loader has the starting settings
   TuneResult result;
   clock_type::time_point start = clock_type::now();
 
@@ -173,10 +173,10 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
           .samples_per_s;
   on_device.reset();
   TuneTrial start;
-  start.workers = config.data.workers;
-  start.prefetch_factor = config.data.prefetch_factor;
-  start.device_prefetch = config.data.device_prefetch;
-  start.cache = config.data.cache;
+  start.workers = t.config.data.workers;
+  start.prefetch_factor = t.config.data.prefetch_factor;
+  start.device_prefetch = t.config.data.device_prefetch;
+  start.cache = t.config.data.cache;
   t.result.best = start;  // samples_per_s 0: the start's measurement replaces it
   t.result.start = t.run(start);
   search_workers(t);
@@ -287,11 +287,15 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
 
 }  // namespace
 
-BatchSweepResult batch_sweep(const Config& config, const BatchSweepOptions& o) {
+BatchSweepResult batch_sweep(const Config& recipe, const BatchSweepOptions& o) {
   STOKER_CHECK(o.min_batch > 0 && o.max_batch >= o.min_batch, "doctor --batch needs 0 < min_batch <= max_batch");
-  const torch::Device device = resolve_device(config.run.device);
-  configure_threads(config.run.threads, 0, device.is_cpu());
-  auto dataset = make_dataset(config, "train");
+  const torch::Device device = resolve_device(recipe.run.device);
+  configure_threads(recipe.run.threads, 0, device.is_cpu());
+  auto dataset = make_dataset(recipe, "train");
+  Config config = recipe;
+  const PrecisionDecision precision = choose_precision(recipe, device, input_shape(recipe, dataset));
+  precision.log();
+  config.train.precision = precision.precision;
   const double budget = o.memory_budget_bytes > 0 ? static_cast<double>(o.memory_budget_bytes)
                                                   : doctor::available_memory_bytes() / 2;
   BatchSweepResult result;

@@ -82,7 +82,8 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->channels());
-  const Precision precision = config.train.precision;
+  // A run's saved config names the precision it chose; a recipe's `auto` evaluates in float32.
+  const Precision precision = config.train.precision == Precision::kAuto ? Precision::kFp32 : config.train.precision;
   apply_global_precision(precision);  // TF32 on or off, as the run's Trainer had it
   prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(checkpoint, *model.ptr(), nullptr, device);

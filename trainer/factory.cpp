@@ -1,10 +1,14 @@
 #include "trainer/factory.h"
 
+#include <chrono>
+
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "data/cache.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "trainer/keep_rng.h"
 #include "trainer/logging.h"
 #include "trainer/sizing.h"
 
@@ -17,6 +21,89 @@ void prepare_model(torch::nn::Module& model, torch::Device device, Precision pre
   for (auto& p : model.parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
   }
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+StepTime time_training_step(const Config& config, torch::Device device, const data::InputShape& shape,
+                            Precision precision, bool channels_last, int64_t warmup, int64_t steps,
+                            double budget_seconds) {
+  STOKER_CHECK(shape.fixed() && steps > 0,
+               "timing a training step needs a fixed input shape, got {}x{}x{}", shape.channels, shape.height,
+               shape.width);
+  const KeepRng keep_rng(device);
+  Config c = config;
+  c.train.precision = precision;
+  c.train.channels_last = channels_last;
+  c.train.cuda_graph = false;
+  c.train.ema_decay = 0;
+  const int64_t batch = c.data.batch_size;
+  data::Batch b;
+  b.input = torch::randn({batch, shape.channels, shape.height, shape.width}).to(device);
+  if (is_mixed(precision) || precision == Precision::kBf16True) {
+    b.input = b.input.to(is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision));
+  }
+  if (channels_last) b.input = b.input.contiguous(torch::MemoryFormat::ChannelsLast);
+  b.target = torch::randint(c.data.num_classes, {batch}, torch::kLong).to(device);
+  auto source = std::make_shared<data::CachedBatchSource>(std::vector<data::Batch>{b}, 1, shape.channels,
+                                                          shape.height, shape.width);
+  Trainer trainer(trainer_options(c, device), make_parts(c, make_model(c, shape.channels), device, 1000), source,
+                  source);
+  trainer.module().train();
+  const auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
+  for (int64_t i = 0; i < warmup; ++i) trainer.train_step(b);
+  sync();
+  StepTime t;
+  t.precision = precision;
+  const auto start = std::chrono::steady_clock::now();
+  while (t.steps < steps && (t.steps == 0 || seconds_since(start) < budget_seconds)) {
+    trainer.train_step(b);
+    sync();
+    ++t.steps;
+  }
+  t.ms = 1e3 * seconds_since(start) / static_cast<double>(t.steps);
+  return t;
+}
+
+void PrecisionDecision::log() const {
+  if (line.empty()) return;
+  if (warning) {
+    logger().warn("{}", line);
+  } else {
+    logger().info("{}", line);
+  }
+}
+
+PrecisionDecision choose_precision(const Config& config, torch::Device device, const data::InputShape& shape) {
+  PrecisionDecision d;
+  d.precision = config.train.precision;
+  const bool timeable = shape.fixed();
+  const HardwareFeatures hardware = detect_hardware(device);
+  const bool channels_last = config.train.channels_last;
+  if (d.precision != Precision::kAuto) {
+    if (runs_natively(d.precision, hardware) || !timeable) return d;
+    // Not native here: one warm-up and a few steps of each, enough to see a 2x difference.
+    const StepTime asked = time_training_step(config, device, shape, d.precision, channels_last, 1, 3);
+    const StepTime fp32 = time_training_step(config, device, shape, Precision::kFp32, channels_last, 1, 3);
+    const std::optional<std::string> warning = slow_precision_warning(asked, fp32, hardware);
+    d.warning = warning.has_value();
+    d.line = warning.value_or("");
+    return d;
+  }
+  const PrecisionPlan plan = plan_auto_precision(hardware);
+  std::vector<StepTime> times;
+  if (plan.candidates.size() > 1 && timeable) {
+    for (Precision p : plan.candidates) times.push_back(time_training_step(config, device, shape, p, channels_last));
+  }
+  d.precision = times.empty() ? plan.candidates.front() : pick_fastest(times);
+  d.line = describe_choice(d.precision, plan, times, hardware);
+  return d;
 }
 
 TrainerOptions trainer_options(const Config& config, torch::Device device) {
@@ -85,6 +172,13 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
                 findings.size(), all);
   }
   for (const auto& finding : findings) logger().warn("size check: {}", finding);
+  if (config.train.precision == Precision::kAuto) {
+    Config resolved = config;
+    const PrecisionDecision decision = choose_precision(config, device, train->shape());
+    decision.log();
+    resolved.train.precision = decision.precision;
+    return make_trainer(resolved, std::move(model), std::move(train), std::move(eval), device, std::move(group));
+  }
   TrainerOptions options = trainer_options(config, device);
   options.class_names = train->class_names();
   const int64_t steps_per_epoch = (train->num_batches() + options.accumulate_steps - 1) / options.accumulate_steps;
@@ -112,13 +206,19 @@ TrainingSetup make_training(const Config& config) {
 
 TrainingSetup make_training(const Config& config, const Distributed& distributed) {
   TrainingSetup setup;
+  setup.config = config;
   setup.device = distributed.device;
   configure_threads(config.run.threads, config.data.workers, setup.device.is_cpu());
   torch::manual_seed(config.run.seed);
-  setup.loaders = make_loaders(config, setup.device);
-  setup.trainer = make_trainer(config, make_model(config, setup.loaders.in_channels), setup.loaders.train,
+  std::shared_ptr<data::Dataset> train = make_dataset(config, "train");
+  // Before the loaders: mixed precision has them hand out inputs in its compute dtype.
+  setup.precision = choose_precision(config, setup.device, input_shape(config, train));
+  setup.config.train.precision = setup.precision.precision;
+  const Config& resolved = setup.config;
+  setup.loaders = make_loaders(resolved, setup.device, std::move(train));
+  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), setup.loaders.train,
                                setup.loaders.test, setup.device, distributed.group);
-  apply_cudnn_benchmark(config, *setup.loaders.train, setup.device);
+  apply_cudnn_benchmark(resolved, *setup.loaders.train, setup.device);
   return setup;
 }
 

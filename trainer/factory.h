@@ -19,6 +19,7 @@
 #include "dist/process_group.h"
 #include "trainer/config.h"
 #include "trainer/distributed.h"
+#include "trainer/precision_choice.h"
 #include "trainer/run.h"
 #include "trainer/trainer.h"
 
@@ -27,6 +28,30 @@ namespace stoker {
 // Moves `model` to `device` in the precision's parameter dtype (bfloat16 for bf16-true, else
 // float32), its 4-D parameters to channels-last when asked.
 void prepare_model(torch::nn::Module& model, torch::Device device, Precision precision, bool channels_last);
+
+// Times training steps of the recipe's model, optimizer and loss in `precision` (and
+// `channels_last`) on one synthetic batch of `shape` already on `device`: `warmup` untimed steps,
+// then up to `steps` timed ones, fewer once `budget_seconds` are spent (at least one). The model is
+// built for the purpose and dropped; the random generators are left as they were. Eager (no CUDA
+// graph), so that the step, not the capture, is timed.
+StepTime time_training_step(const Config& config, torch::Device device, const data::InputShape& shape,
+                            Precision precision, bool channels_last, int64_t warmup = 2, int64_t steps = 5,
+                            double budget_seconds = 1.5);
+
+// The precision this run trains in on `device`, and the line that says why (empty when there is
+// nothing to say: an explicit precision that runs natively here):
+// - `auto`: the candidates the hardware offers (plan_auto_precision), each timed for a few steps when
+//   there are two and the batches have a fixed `shape`; the faster wins (pick_fastest).
+// - an explicit precision is kept; where it does not run natively (bf16 on a CPU without bf16 dot
+//   products, say), its step is timed against float32's and a warning names the faster choice when
+//   it is more than 2x slower.
+struct PrecisionDecision {
+  Precision precision = Precision::kFp32;
+  std::string line;
+  bool warning = false;  // the line warns (an explicit precision more than 2x slower than float32)
+  void log() const;      // the line at info or warning level, if there is one
+};
+PrecisionDecision choose_precision(const Config& config, torch::Device device, const data::InputShape& shape);
 
 // The loop's options from the config: epochs, precision, accumulation, clipping, graph, batch size.
 TrainerOptions trainer_options(const Config& config, torch::Device device);
@@ -37,7 +62,8 @@ TrainerOptions trainer_options(const Config& config, torch::Device device);
 TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
                         int64_t steps_per_epoch);
 
-// A Trainer for `model` on the given sources, after the sizing checks (findings are logged as
+// A Trainer for `model` on the given sources (train.precision: auto resolved for `device` first: see
+// choose_precision), after the sizing checks (findings are logged as
 // warnings; with train.strict_sizes they are one error listing all). With a process `group`, the
 // model's weights are broadcast from rank 0 and its gradients synchronised (TrainerParts::data_parallel).
 std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule model,
@@ -50,8 +76,11 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
 bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train, torch::Device device);
 
 // Everything a config describes: the device (run.device), threads, the seed, both loaders, the model
-// and the Trainer.
+// and the Trainer; `config` as resolved for the device (train.precision: auto replaced by the
+// choice), which is what the run saves and logs.
 struct TrainingSetup {
+  Config config;
+  PrecisionDecision precision;  // how train.precision was decided (the run logs it with its first lines)
   torch::Device device = torch::kCPU;
   Loaders loaders;
   std::unique_ptr<Trainer> trainer;

@@ -8,23 +8,25 @@
 
 namespace stoker {
 
+const std::vector<std::pair<std::string, Precision>>& precision_names() {
+  static const std::vector<std::pair<std::string, Precision>> kNames = {
+      {"fp32", Precision::kFp32},       {"tf32", Precision::kTf32},           {"bf16-mixed", Precision::kBf16Mixed},
+      {"fp16-mixed", Precision::kFp16Mixed}, {"bf16-true", Precision::kBf16True}, {"auto", Precision::kAuto}};
+  return kNames;
+}
+
 Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "tf32") return Precision::kTf32;
-  if (name == "bf16-mixed") return Precision::kBf16Mixed;
-  if (name == "fp16-mixed") return Precision::kFp16Mixed;
-  if (name == "bf16-true") return Precision::kBf16True;
-  STOKER_FAIL("train.precision '{}' is not known; use fp32, tf32, bf16-mixed, fp16-mixed or bf16-true",
-              name);
+  std::string all;
+  for (const auto& [n, p] : precision_names()) {
+    if (n == name) return p;
+    all += (all.empty() ? "" : ", ") + n;
+  }
+  STOKER_FAIL("train.precision '{}' is not known; use one of {}", name, all);
 }
 
 std::string precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kTf32: return "tf32";
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::kFp16Mixed: return "fp16-mixed";
-    case Precision::kBf16True: return "bf16-true";
+  for (const auto& [n, p] : precision_names()) {
+    if (p == precision) return n;
   }
   return "?";
 }

@@ -6,6 +6,9 @@
 //   bf16-mixed  autocast to bfloat16 (CUDA and CPU); weights, gradients and optimizer state fp32
 //   fp16-mixed  autocast to float16 (CUDA); fp32 master weights; needs the dynamic loss scaler
 //   bf16-true   the model's parameters, gradients, optimizer state and inputs are all bfloat16
+//   auto        a request, not a mode: the run picks one of the above for its device from what the
+//               hardware can do and a few timed steps (trainer/precision_choice.h); the loop never
+//               trains in `auto`
 //
 // Usage, as the Trainer does it:
 //   stoker::apply_global_precision(Precision::kTf32);          // once, at start-up
@@ -20,16 +23,21 @@
 #include <torch/nn/modules/container/any.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 namespace stoker {
 
-enum class Precision { kFp32, kTf32, kBf16Mixed, kFp16Mixed, kBf16True };
+enum class Precision { kFp32, kTf32, kBf16Mixed, kFp16Mixed, kBf16True, kAuto };
 
-// "fp32" | "tf32" | "bf16-mixed" | "fp16-mixed" | "bf16-true"; anything else throws stoker::Error
-// listing the valid names.
+// Every precision with its name, in the order the docs list them: the one table that parsing,
+// printing and the config's key use.
+const std::vector<std::pair<std::string, Precision>>& precision_names();
+// "fp32" | "tf32" | "bf16-mixed" | "fp16-mixed" | "bf16-true" | "auto"; anything else throws
+// stoker::Error listing the valid names.
 Precision parse_precision(const std::string& name);
 std::string precision_name(Precision precision);
 

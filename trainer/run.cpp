@@ -22,6 +22,7 @@
 #include "optim/schedule.h"
 #include "trainer/factory.h"
 #include "trainer/logging.h"
+#include "trainer/precision_choice.h"
 #include "trainer/run_observe.h"
 
 namespace stoker {
@@ -113,9 +114,20 @@ torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
   return models::create_model(config.model, {in_channels, config.data.num_classes});
 }
 
+data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train) {
+  data::LoaderContext context;
+  context.warn = [](const std::string& message) { logger().warn("{}", message); };
+  const data::SamplePipeline pipeline(std::move(train), data::loader_options(config.data, "train", context).pipeline());
+  return {pipeline.channels(), pipeline.out_height(), pipeline.out_width()};
+}
+
 Loaders make_loaders(const Config& config, torch::Device device) {
+  return make_loaders(config, device, make_dataset(config, "train"));
+}
+
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train) {
   Loaders loaders;
-  loaders.train = make_loader(config, device, "train");
+  loaders.train = make_loader(config, std::move(train), device, "train");
   loaders.test = make_loader(config, device, "test");
   STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
                    loaders.train->out_width() == loaders.test->out_width(),
@@ -189,6 +201,8 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type(), params / 1e6);
+  if (setup.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
+  setup.precision.log();  // names the hardware itself
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
                 "epochs; {} loader worker(s){}",
                 loaders.train->num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
@@ -226,6 +240,15 @@ ResumeSource read_resume_source(const fs::path& run_dir_or_file) {
   const std::string yaml = read_checkpoint_config(r.checkpoint);
   if (!yaml.empty()) r.saved = parse_config(yaml, r.checkpoint.string() + " (its saved config)");
   return r;
+}
+
+// train.precision: auto on resume continues in the precision the run chose when it started (its saved
+// config holds the choice), whatever this machine would choose now.
+void keep_resumed_precision(Config& config, const ResumeSource& source) {
+  if (config.train.precision != Precision::kAuto || !source.saved) return;
+  config.train.precision = source.saved->train.precision;
+  logger().info("train.precision: auto -> {}, the precision {} trained in", precision_name(config.train.precision),
+                source.checkpoint.string());
 }
 
 // Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
@@ -359,9 +382,11 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   std::vector<std::string> config_changes;
   if (resume) {
     resume_from = resume->checkpoint;
+    keep_resumed_precision(config, *resume);
     config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
   TrainingSetup setup = make_training(config, distributed);
+  config = setup.config;  // train.precision: auto resolved
   Trainer& trainer = *setup.trainer;
 
   TrainOutcome outcome;
@@ -445,6 +470,7 @@ TrainOutcome run_training(const TrainRequest& request) {
 StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup) {
   STOKER_CHECK(steps > 0 && warmup >= 0, "bench-step needs steps > 0 and warmup >= 0");
   TrainingSetup setup = make_training(config);
+  setup.precision.log();
   const torch::Device device = setup.device;
   Trainer& trainer = *setup.trainer;
   const Loaders& loaders = setup.loaders;
@@ -472,6 +498,8 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   r.samples_per_s = static_cast<double>(steps * batch->size()) / seconds;
   r.graph = trainer.graph_active();
   r.device = device.str();
+  r.precision = setup.config.train.precision;
+  r.hardware = detect_hardware(device).summary();
   return r;
 }
 

@@ -79,6 +79,11 @@ struct Loaders {
   int64_t in_channels = 1;
 };
 Loaders make_loaders(const Config& config, torch::Device device);
+// The same with the training split already made (make_dataset).
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train);
+// The shape the training loader's batches will have (channels, height, width; height and width 0
+// when the transforms do not end at one size), without building the loader.
+data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train);
 
 // Step-time benchmark: the recipe's model, optimizer and precision trained on one batch of its data
 // that is already on the device, so that only the training step is timed (forward, backward,
@@ -92,6 +97,8 @@ struct StepBenchResult {
   double samples_per_s = 0;
   bool graph = false;  // the timed steps were graph replays
   std::string device;
+  Precision precision = Precision::kFp32;  // as trained (train.precision: auto resolved)
+  std::string hardware;                    // the device's features (HardwareFeatures::summary)
 };
 StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t warmup = 10);
 

@@ -7,14 +7,15 @@
 #include <fstream>
 #include <thread>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include "common/atomic_write.h"
 #include "trainer/callbacks.h"
+#include "trainer/keep_rng.h"
 #include "trainer/logging.h"
+#include "trainer/precision_choice.h"
 #include "trainer/run.h"
 #include "trainer/tensorboard.h"
 
@@ -32,37 +33,16 @@ models::MathType math_type_of(Precision precision) {
     case Precision::kFp16Mixed: return models::MathType::kFp16;
     case Precision::kBf16Mixed:
     case Precision::kBf16True: return models::MathType::kBf16;
+    case Precision::kAuto: break;  // resolved before a run measures anything
   }
   return models::MathType::kFp32;
 }
-
-namespace {
-
-// Puts the CPU generator's state back when it goes away: building the model copy and measuring the
-// peak draw random numbers, and a run (resumed ones included) must draw the same as without them.
-class KeepCpuRng {
- public:
-  KeepCpuRng() : generator_(at::detail::getDefaultCPUGenerator()) {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    state_ = generator_.get_state();
-  }
-  ~KeepCpuRng() {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    generator_.set_state(state_);
-  }
-
- private:
-  at::Generator generator_;
-  at::Tensor state_;
-};
-
-}  // namespace
 
 Efficiency measure_efficiency(const Config& config, int64_t channels, int64_t height, int64_t width,
                               torch::Device device) {
   Efficiency e;
   if (!config.logging.flops) return e;
-  const KeepCpuRng keep_rng;
+  const KeepRng keep_rng;
   torch::nn::AnyModule model = make_model(config, channels);
   const models::FlopCount count = models::count_forward_flops(model, {channels, height, width});
   e.train_flops_per_sample = 3 * count.flops();
@@ -180,6 +160,9 @@ std::string environment_json(torch::Device device) {
       .add("device", device.str());
   const std::string gpu = gpu_name(device);
   if (!gpu.empty()) json.add("gpu", gpu);
+  // What made the precision choice (trainer/precision_choice.h): the instruction sets, oneDNN's bf16 path.
+  json.add("hardware", detect_hardware(device).summary());
+  if (device.is_cuda()) json.add("cpu_features", detect_hardware(torch::kCPU).summary());
   json.add("torch", std::string(TORCH_VERSION))
       .add("stoker_commit", stoker_commit())
       .add("started", std::string(started));

@@ -99,6 +99,9 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
                eval_ ? "empty (0 batches)" : "missing");
   STOKER_CHECK(options_.accumulate_steps >= 1, "Trainer: TrainerOptions::accumulate_steps must be >= 1, got {}",
                options_.accumulate_steps);
+  STOKER_CHECK(options_.precision != Precision::kAuto,
+               "Trainer: TrainerOptions::precision is auto, a request the run resolves for its device; pick one "
+               "with stoker::choose_precision (trainer/precision_choice.h) or name a precision");
   check_model_placement(module(), options_);
   watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
   precision_summary_ = apply_global_precision(options_.precision);

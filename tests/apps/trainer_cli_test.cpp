@@ -31,8 +31,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result run_trainer(const std::string& args) {
-  const std::string command = std::string(stoker::testing::trainer_bin()) + " " + args + " 2>&1";
+// A shell command line, its stdout and stderr together.
+Result run_command(const std::string& line) {
+  const std::string command = line + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -42,6 +43,8 @@ Result run_trainer(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+Result run_trainer(const std::string& args) { return run_command(std::string(stoker::testing::trainer_bin()) + " " + args); }
 
 void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -743,6 +746,20 @@ TEST_F(TrainerCliCheckpoints, PredictErrorsNameTheFile) {
   r = run_trainer("eval --config " + recipe_.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_CONTAINS(r.output, "eval needs --checkpoint FILE");
+}
+
+// Issue 19: on a CPU whose oneDNN has no bf16 path (capped here at AVX2, as an AVX2-only CPU is),
+// `train.precision: auto` trains float32 and says why in its first lines, without timing bf16.
+TEST(TrainerCli, AutoPrecisionOnACpuWithoutBf16SaysFp32AndWhy) {
+  TempDir data;
+  stoker::testing::write_synthetic_idx_dataset(data.path(), 64, 64, 8);
+  write_text(data / "r.yaml", tiny_recipe(data.path(), data / "runs", 1));
+  const Result r = run_command("env ONEDNN_MAX_CPU_ISA=AVX2 " + std::string(stoker::testing::trainer_bin()) +
+                               " --config " + (data / "r.yaml").string() + " --set train.precision=auto");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "train.precision: auto -> fp32 (not timed: no oneDNN bf16 path on this CPU");
+  EXPECT_CONTAINS(r.output, "ONEDNN_MAX_CPU_ISA=AVX2");
+  EXPECT_LT(r.output.find("train.precision: auto"), r.output.find("epoch 1/1")) << "said before training";
 }
 
 }  // namespace
