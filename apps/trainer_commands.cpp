@@ -9,15 +9,18 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "common/log.h"
+#include "doctor/doctor.h"
+#include "doctor/step_bench.h"
+#include "observe/report.h"
+#include "recipe/config.h"
+#include "recipe/factory.h"
+#include "recipe/run.h"
+#include "recipe/tasks.h"
 #include "trainer/callbacks.h"
-#include "trainer/config.h"
-#include "trainer/doctor.h"
-#include "trainer/evaluate.h"
-#include "trainer/logging.h"
-#include "trainer/report.h"
-#include "trainer/run.h"
 
 namespace stoker::apps {
 namespace {
@@ -165,19 +168,18 @@ int bench_data(const Args& args) {
   std::printf("  copy + convert   %10.1f   (to the device, uint8 -> normalised float; caller)\n", 1e6 * r.stages.copy / n);
   std::printf("  wait             %10.1f   (caller blocked waiting for workers)\n", 1e6 * r.stages.wait / n);
   if (r.stages.bad_samples > 0) std::printf("bad samples skipped: %lld\n", (long long)r.stages.bad_samples);
-  std::printf("%s\n", stoker::JsonLine()
-                          .add("samples_per_s", r.samples_per_s)
-                          .add("cpu_cores", cores)
-                          .add("samples_per_s_per_core", cores > 0 ? r.samples_per_s / cores : 0.0)
-                          .add("read_us", 1e6 * r.stages.read / n)
-                          .add("decode_us", 1e6 * r.stages.decode / n)
-                          .add("transform_us", 1e6 * r.stages.transform / n)
-                          .add("copy_us", 1e6 * r.stages.copy / n)
-                          .add("wait_us", 1e6 * r.stages.wait / n)
-                          .add("workers", config.data.workers)
-                          .add("batch_size", loader.options().batch_size)
-                          .str()
-                          .c_str());
+  nlohmann::ordered_json json;
+  json["samples_per_s"] = r.samples_per_s;
+  json["cpu_cores"] = cores;
+  json["samples_per_s_per_core"] = cores > 0 ? r.samples_per_s / cores : 0.0;
+  json["read_us"] = 1e6 * r.stages.read / n;
+  json["decode_us"] = 1e6 * r.stages.decode / n;
+  json["transform_us"] = 1e6 * r.stages.transform / n;
+  json["copy_us"] = 1e6 * r.stages.copy / n;
+  json["wait_us"] = 1e6 * r.stages.wait / n;
+  json["workers"] = config.data.workers;
+  json["batch_size"] = loader.options().batch_size;
+  std::printf("%s\n", json.dump().c_str());
   return 0;
 }
 
@@ -194,18 +196,17 @@ int bench_step(const Args& args) {
               r.seconds, r.device.c_str(), r.graph ? ", CUDA graph replays" : "");
   std::printf("samples/s %10.1f\n", r.samples_per_s);
   std::printf("precision %s\nhardware  %s\n", precision_name(r.precision).c_str(), r.hardware.c_str());
-  std::printf("%s\n", stoker::JsonLine()
-                          .add("model", config.model.type())
-                          .add("precision", precision_name(r.precision))
-                          .add("channels_last", config.train.channels_last)
-                          .add("cuda_graph", r.graph)
-                          .add("batch_size", r.batch_size)
-                          .add("ms_per_step", r.ms_per_step)
-                          .add("samples_per_s", r.samples_per_s)
-                          .add("device", r.device)
-                          .add("hardware", r.hardware)
-                          .str()
-                          .c_str());
+  nlohmann::ordered_json json;
+  json["model"] = config.model.type();
+  json["precision"] = precision_name(r.precision);
+  json["channels_last"] = config.train.channels_last;
+  json["cuda_graph"] = r.graph;
+  json["batch_size"] = r.batch_size;
+  json["ms_per_step"] = r.ms_per_step;
+  json["samples_per_s"] = r.samples_per_s;
+  json["device"] = r.device;
+  json["hardware"] = r.hardware;
+  std::printf("%s\n", json.dump().c_str());
   return 0;
 }
 
@@ -222,19 +223,21 @@ int eval(const Args& args) {
               e.model.excluded > 0
                   ? fmt::format("; {} unreadable sample(s) left out", e.model.excluded).c_str()
                   : "");
-  stoker::JsonLine json;
-  json.add("checkpoint", checkpoint.string())
-      .add("samples", e.model.samples)
-      .add("excluded", e.model.excluded)
-      .add("test_loss", e.model.loss)
-      .add("test_top1", e.model.top1)
-      .add("test_top5", e.model.top5);
+  nlohmann::ordered_json json;
+  json["checkpoint"] = checkpoint.string();
+  json["samples"] = e.model.samples;
+  json["excluded"] = e.model.excluded;
+  json["test_loss"] = e.model.loss;
+  json["test_top1"] = e.model.top1;
+  json["test_top5"] = e.model.top5;
   if (e.ema) {
     std::printf("EMA test   loss %.4f, top-1 %s, top-5 %s\n", e.ema->loss, percent(e.ema->top1).c_str(),
                 percent(e.ema->top5).c_str());
-    json.add("ema_test_loss", e.ema->loss).add("ema_test_top1", e.ema->top1).add("ema_test_top5", e.ema->top5);
+    json["ema_test_loss"] = e.ema->loss;
+    json["ema_test_top1"] = e.ema->top1;
+    json["ema_test_top5"] = e.ema->top5;
   }
-  std::printf("%s\n", json.str().c_str());
+  std::printf("%s\n", json.dump().c_str());
   return 0;
 }
 
@@ -281,17 +284,16 @@ int doctor(const Args& args) {
     tune.memory_budget_bytes = budget;
     const stoker::TuneResult r = stoker::tune(config, tune);
     std::printf("\n%s", stoker::format_tune(r).c_str());
-    std::printf("%s\n", stoker::JsonLine()
-                            .add("tune_start_samples_per_s", r.start.samples_per_s)
-                            .add("tune_best_samples_per_s", r.best.samples_per_s)
-                            .add("tune_ceiling_samples_per_s", r.ceiling_samples_per_s)
-                            .add("workers", r.best.workers)
-                            .add("prefetch_factor", r.best.prefetch_factor)
-                            .add("device_prefetch", r.best.device_prefetch)
-                            .add("cache", std::string(stoker::data_cache_name(r.best.cache)))
-                            .add("seconds", r.seconds)
-                            .str()
-                            .c_str());
+    nlohmann::ordered_json json;
+    json["tune_start_samples_per_s"] = r.start.samples_per_s;
+    json["tune_best_samples_per_s"] = r.best.samples_per_s;
+    json["tune_ceiling_samples_per_s"] = r.ceiling_samples_per_s;
+    json["workers"] = r.best.workers;
+    json["prefetch_factor"] = r.best.prefetch_factor;
+    json["device_prefetch"] = r.best.device_prefetch;
+    json["cache"] = std::string(stoker::data_cache_name(r.best.cache));
+    json["seconds"] = r.seconds;
+    std::printf("%s\n", json.dump().c_str());
     std::fflush(stdout);
   }
   if (args.batch) {

@@ -3,7 +3,7 @@
 # one_t1: one thread, as each rank has) against two Gloo ranks (one thread each) under torchrun,
 # training bench/dist_mlp.yaml at the same global batch (64), with the gradient sync as shipped
 # (the c10d Reducer: buckets all-reduced while backward runs) and two benchmark-only variants
-# (STOKER_BENCH_GRAD_SYNC, dist/process_group.h): after_backward (one all-reduce of all gradients
+# (stoker_bench_dist_sync --grad-sync, distributed/process_group.h): after_backward (one all-reduce of all gradients
 # once backward has returned) and none (no sync: the compute-only time).
 #   all-reduce share of the step = (after_backward - none) / after_backward
 #   hidden by the Reducer         = 1 - (overlap - none) / (after_backward - none)
@@ -14,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-build/release/apps/trainer}")
+SYNC_BIN=$(realpath "$(dirname "$BIN")/../bench/stoker_bench_dist_sync")
 ROUNDS=${STOKER_BENCH_ROUNDS:-3}
 PY=${STOKER_CACHE:-$HOME/.cache/stoker}/venv-torch-2.11.0/bin/python
 OUT=${STOKER_BENCH_OUT:-${STOKER_CACHE:-$HOME/.cache/stoker}/bench/dist-results.jsonl}
@@ -38,8 +39,8 @@ run_case() {  # label, round
     "$BIN" train "${sets[@]}" --set run.threads="${label#one_t}" >"$dir.log" 2>&1
     local ms; ms=$(step_ms "$dir/dist_bench" 64)
   else
-    STOKER_BENCH_GRAD_SYNC=$label "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 \
-      --log-dir "$dir.logs" --redirects 3 --no-python "$BIN" train "${sets[@]}" \
+    "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 \
+      --log-dir "$dir.logs" --redirects 3 --no-python "$SYNC_BIN" --grad-sync "$label" "${sets[@]}" \
       --set run.threads=1 --set data.batch_size=32 >"$dir.log" 2>&1
     local ms; ms=$(step_ms "$dir/dist_bench" 32)
   fi

@@ -92,21 +92,27 @@ stoker_make_imported_targets("${CMAKE_BINARY_DIR}/stoker-include-shim" _missing)
 if(_missing)
   message(FATAL_ERROR "Stoker needs ${_missing}, which was not found.")
 endif()
+# nlohmann-json (header-only): every JSON Stoker writes and reads (metrics.jsonl, environment.json,
+# doctor.json, the MLflow REST calls). libcurl: the MLflow sink's HTTP client (observe/mlflow.cpp).
+find_path(STOKER_NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp)
+stoker_require(STOKER_NLOHMANN_JSON_INCLUDE_DIR "nlohmann-json (JSON in and out)" "${_apt} nlohmann-json3-dev")
+find_package(CURL QUIET)
+stoker_require(CURL_FOUND "libcurl (the MLflow sink's HTTP client)" "${_apt} libcurl4-openssl-dev")
 if(STOKER_BUILD_TESTS)
   find_package(GTest QUIET)
   stoker_require(GTest_FOUND "GoogleTest (or configure with -DSTOKER_BUILD_TESTS=OFF)" "${_apt} libgtest-dev")
 endif()
 
-# ---- distributed training (dist/) ----------------------------------------------------------------
-# dist/process_group.cpp builds on c10d as torch 2.11 ships it: c10d::Reducer's constructor changes
+# ---- distributed training (distributed/) ---------------------------------------------------------
+# distributed/process_group.cpp builds on c10d as torch 2.11 ships it: c10d::Reducer's constructor changes
 # between releases (12 arguments in 2.11, 13 on PyTorch's main), so other versions are refused here
 # rather than failing to compile. ProcessGroupGloo.hpp includes gloo's headers, which the torch wheel
 # lacks: Debian's libgloo-dev has them (headers only; the gloo code is inside libtorch_cpu).
 if(Torch_VERSION VERSION_LESS 2.11 OR Torch_VERSION VERSION_GREATER_EQUAL 2.12)
-  message(FATAL_ERROR "Stoker's distributed training (dist/process_group.cpp) is written against "
+  message(FATAL_ERROR "Stoker's distributed training (distributed/process_group.cpp) is written against "
     "c10d::Reducer of torch 2.11, but libtorch ${Torch_VERSION} was found at ${Torch_DIR}. Use "
     "torch==2.11.0 (./stoker.sh build installs it), or adapt the Reducer constructor call in "
-    "dist/process_group.cpp to this version and widen this check.")
+    "distributed/process_group.cpp to this version and widen this check.")
 endif()
 find_path(STOKER_GLOO_INCLUDE_DIR gloo/config.h)
 stoker_require(STOKER_GLOO_INCLUDE_DIR "gloo's headers (for c10d's ProcessGroupGloo)" "${_apt} libgloo-dev")

@@ -22,7 +22,7 @@
 #include "data/idx.h"
 #include "models/pickle.h"
 #include "models/torch_save.h"
-#include "trainer/config.h"
+#include "recipe/config.h"
 
 namespace stoker::fuzz {
 namespace fs = std::filesystem;

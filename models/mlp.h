@@ -13,7 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/registry.h"
+#include "common/options.h"
+#include "models/shape.h"
 
 namespace stoker::models {
 

@@ -12,14 +12,9 @@
 
 #include "common/options.h"
 #include "common/registry.h"
+#include "models/shape.h"
 
 namespace stoker::models {
-
-// The shape of the data a model is built for (from the data set, not from the model's options).
-struct ModelShape {
-  int64_t in_channels = 1;
-  int64_t num_classes = 10;
-};
 
 // Builds a model of a registered type from its own options (`model:` keys beside `type`) and the
 // data's shape; the result is type-erased so that the Trainer can hold any module with a

@@ -6,7 +6,8 @@
 #   scripts/bundle_device.sh [BUILD_DIR] [OUT_DIR]     # defaults: build/release .bundle
 #
 # OUT_DIR (recreated) then holds
-#   bin/          trainer, stoker_tests, stoker_bench_preprocess (those built), stripped
+#   bin/          trainer, the stoker_tests_<folder> binaries (and stoker_tests, which runs them all),
+#                 stoker_bench_preprocess, stoker_bench_dist_sync (those built), stripped
 #   lib/          the non-torch libraries (yaml-cpp, spdlog, fmt, OpenCV core+imgproc and what they
 #                 pull in, libjpeg, libpng, zlib, ...), symlinks dereferenced, named by soname
 #   lib/fallback/ Debian's libstdc++, used by env.sh only when the machine's own is too old
@@ -45,8 +46,9 @@ site=$(cd "$torch_lib/../.." && pwd)
 
 # --- Programs.
 programs=()
-for p in apps/trainer tests/stoker_tests bench/stoker_bench_preprocess; do
-  [[ -x $BUILD/$p ]] && programs+=("$BUILD/$p")
+for p in apps/trainer "$BUILD"/tests/stoker_tests_* bench/stoker_bench_preprocess bench/stoker_bench_dist_sync; do
+  [[ $p == /* ]] || p=$BUILD/$p
+  [[ -f $p && -x $p ]] && programs+=("$p")
 done
 [[ -x $BUILD/apps/trainer ]] || die "$BUILD/apps/trainer is not built (cmake --build $BUILD --target trainer)"
 
@@ -57,6 +59,18 @@ for p in "${programs[@]}"; do
   cp -L "$p" "$OUT/bin/"
   strip --strip-unneeded "$OUT/bin/$(basename "$p")"
 done
+# stoker_tests: every folder's test binary (stoker_tests_<folder>) in turn with the same arguments,
+# e.g. stoker_tests --gtest_filter='*Gpu*:*Cuda*'; exits non-zero when any of them does.
+cat >"$OUT/bin/stoker_tests" <<'SH'
+#!/usr/bin/env bash
+status=0
+for t in "$(dirname "$0")"/stoker_tests_*; do
+  echo "==== $(basename "$t")"
+  "$t" "$@" || status=1
+done
+exit $status
+SH
+chmod +x "$OUT/bin/stoker_tests"
 
 # --- Libraries. Left to the device: glibc's, the C++ runtime's and whatever torch's wheels ship
 # (libgomp in torch/lib, libcudart in nvidia/cu13/lib, ...).
@@ -196,7 +210,7 @@ fi
 
 # --- Check it here, in a bare environment, with the local torch standing in for the device's.
 bare=(env -i PATH=/usr/bin:/bin HOME="$HOME" STOKER_TORCH_LIB="$torch_lib" bash -c)
-resolved=$("${bare[@]}" 'source "$1/env.sh" 2>/dev/null && ldd -r "$1"/bin/* 2>&1' _ "$OUT")
+resolved=$("${bare[@]}" 'source "$1/env.sh" 2>/dev/null && for b in "$1"/bin/*; do file -b "$b" | grep -q ELF && ldd -r "$b"; done 2>&1' _ "$OUT")
 if grep -qE 'not found|undefined symbol' <<<"$resolved"; then
   grep -E 'not found|undefined symbol' <<<"$resolved" | head -n 20 >&2
   die "libraries or symbols missing from the bundle"
@@ -208,9 +222,9 @@ done)
 [[ -z $stray ]] || die "these would still come from this machine, not the bundle or torch: $stray"
 "${bare[@]}" 'source "$1/env.sh" 2>/dev/null && trainer --help >/dev/null' _ "$OUT" \
   || die "'trainer --help' fails with only the bundle and torch"
-if [[ -x $OUT/bin/stoker_tests ]]; then
+if compgen -G "$OUT/bin/stoker_tests_*" >/dev/null; then
   tests=$("${bare[@]}" 'source "$1/env.sh" 2>/dev/null && stoker_tests --gtest_list_tests' _ "$OUT") \
     || die "'stoker_tests --gtest_list_tests' fails with only the bundle and torch"
-  echo "bundle_device: stoker_tests lists $(grep -c '^  ' <<<"$tests") tests"
+  echo "bundle_device: the stoker_tests_* binaries list $(grep -c '^  ' <<<"$tests") tests"
 fi
 echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && stoker_tests"

@@ -30,7 +30,8 @@ export CCACHE_DIR="$STOKER_CACHE/ccache"
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 
-# TSan's test binary holds only the test files it runs (tests/CMakeLists.txt, STOKER_TEST_SOURCES).
+# TSan's test binary, stoker_tests_selected, holds only the test files it runs (tests/CMakeLists.txt,
+# STOKER_TEST_SOURCES); ASan builds every folder's binary.
 tests=""
 [ "$kind" = tsan ] && tests="data/loader_test.cpp;data/prefetcher_test.cpp;data/pipeline_test.cpp;data/sampler_test.cpp;trainer/checkpoint_test.cpp;apps/trainer_cli_test.cpp"
 
@@ -40,7 +41,7 @@ mkdir -p build
 cmake --preset "$kind" -DCMAKE_PREFIX_PATH="$torch_prefix" -DSTOKER_CUDA=OFF -DSTOKER_BUILD_BENCH=OFF \
   -DSTOKER_TEST_SOURCES="$tests" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
 grep -E '^-- Stoker' "$BUILD_DIR.configure.log" || true
-cmake --build "$BUILD_DIR" --target stoker_tests trainer
+cmake --build "$BUILD_DIR"
 built=$(date +%s)
 echo "[sanitize] $kind build: $((built - start)) s"
 [ "${STOKER_SANITIZE_BUILD_ONLY:-0}" = 1 ] && exit 0

@@ -21,6 +21,7 @@ APT_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libgtest-dev libcli11-dev libgloo-dev dataset-fashion-mnist
+  nlohmann-json3-dev libcurl4-openssl-dev
   clang libclang-rt-14-dev
 )
 

@@ -39,7 +39,7 @@ step("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${_prefix}"
 foreach(_file
     lib/cmake/stoker/stokerConfig.cmake lib/cmake/stoker/stokerConfigVersion.cmake
     lib/cmake/stoker/stokerTargets.cmake lib/cmake/stoker/StokerImportedTargets.cmake
-    lib/libstoker.a bin/trainer
+    lib/libstoker_common.a lib/libstoker_data.a lib/libstoker_trainer.a lib/libstoker_doctor.a bin/trainer
     include/stoker/common/error.h include/stoker/common/registry.h include/stoker/data/dataset.h
     include/stoker/models/cifar_resnet.h include/stoker/trainer/trainer.h)
   if(NOT EXISTS "${_prefix}/${_file}")

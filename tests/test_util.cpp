@@ -1,5 +1,4 @@
 #include "test_util.h"
-#include "models/compact_resnet.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,26 +104,6 @@ void write_synthetic_idx_dataset(const fs::path& root, int64_t train, int64_t te
   };
   split("train", train);
   split("t10k", test);
-}
-
-Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
-  Config c;
-  c.run.name = "tiny";
-  c.run.dir = run_dir.string();
-  c.run.seed = 7;
-  c.run.device = "cpu";
-  c.run.threads = 1;
-  c.data.root = data_root.string();
-  c.data.batch_size = 32;
-  c.data.eval_batch_size = 64;
-  c.data.mean = {0.5};
-  c.data.std = {0.3};
-  c.model = models::compact_resnet({8, 16}, {1, 1}, 0.1);  // dropout exercises the RNG state in checkpoints
-  c.optimizer.lr = 0.05;
-  c.schedule.warmup_epochs = 0.5;
-  c.train.epochs = 3;
-  c.train.log_every_steps = 4;
-  return c;
 }
 
 fs::path venv_python(std::string* why) {

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "trainer/config.h"
 
 // Expects `text` to contain `part`, printing both when it does not.
 #define EXPECT_CONTAINS(text, part)                                                          \
@@ -66,8 +65,6 @@ int shell(const std::string& command);
 void write_synthetic_idx_dataset(const std::filesystem::path& root, int64_t train, int64_t test,
                                  int64_t size, uint64_t seed = 1);
 
-// A small, fast config for training on write_synthetic_idx_dataset's data.
-Config tiny_config(const std::filesystem::path& data_root, const std::filesystem::path& run_dir);
 
 // The source tree and the trainer program the tests use: the environment variables
 // STOKER_SOURCE_DIR and STOKER_TRAINER_BIN when set (a build run elsewhere, e.g. on a GPU machine

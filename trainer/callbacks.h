@@ -1,5 +1,7 @@
-// Stoker's built-in callbacks: metrics and progress, checkpoints (last and best), early stopping,
-// and stopping on SIGINT/SIGTERM with a checkpoint so that the run can be resumed.
+// The callbacks that steer a run: checkpoints (last and best), early stopping, a timeline window,
+// and stopping on SIGINT/SIGTERM with a checkpoint so that the run can be resumed. Each takes its
+// own options struct (the config layer maps checkpoint.* and train.early_stopping / train.trace
+// onto them). What a run records (metrics, progress, TensorBoard) is observe/'s.
 #pragma once
 
 #include <filesystem>
@@ -8,55 +10,29 @@
 #include <optional>
 #include <string>
 
-#include "trainer/logging.h"
-#include "trainer/config.h"
-#include "trainer/telemetry.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
 
-// What MetricsCallback adds beyond the loop's own numbers.
-struct MetricsOptions {
-  // > 0: achieved TFLOP/s (samples/s x this) in step and epoch lines ("tflops") and the epoch log line.
-  double train_flops_per_sample = 0;
-  // > 0 (with the above): MFU = achieved / peak ("mfu").
-  double peak_flops = 0;
-  // When set: the GPU telemetry of each logged step (gpu_* fields of step lines).
-  std::function<std::optional<GpuSample>(int64_t step)> telemetry;
+struct CheckpointOptions {
+  bool save_last = true;
+  bool save_best = true;
+  std::string best_metric = "test_top1";  // an epoch metric (see is_epoch_metric in trainer/evaluate.h)
+  int64_t every_steps = 0;                // also save `last` every N optimizer steps; 0 = per epoch
 };
 
-// Writes per-step lines (every train.log_every_steps) and per-epoch lines to metrics.jsonl, drives
-// the progress display, and logs each epoch's summary.
-class MetricsCallback : public Callback {
- public:
-  MetricsCallback(const std::filesystem::path& metrics_file, bool live_progress, int64_t log_every_steps,
-                  MetricsOptions options = {});
-  void on_epoch_start(Trainer& trainer, int64_t epoch) override;
-  void on_train_step_end(Trainer& trainer, const StepInfo& step) override;
-  void on_epoch_end(Trainer& trainer, const EpochResult& result) override;
-  void on_fit_end(Trainer& trainer, const FitResult& result) override;
-  // The GPU idle share of the last logged window (the Trainer's, taken at each logging step), < 0
-  // when not measured (the CPU). The TensorBoard callback, added after this one, logs it.
-  double gpu_idle() const { return gpu_idle_; }
+// Stops training once `metric` has not improved by more than min_delta for `patience` epochs.
+struct EarlyStoppingOptions {
+  std::string metric = "test_top1";  // an epoch metric (see is_epoch_metric)
+  int64_t patience = 0;              // epochs without improvement before stopping; 0 = off
+  double min_delta = 0.0;            // smaller improvements do not count
+};
 
- private:
-  void reset_window();
-  // tflops and mfu for `samples_per_s` into `line`; the same as text for the epoch line ("" without).
-  std::string add_efficiency(JsonLine& line, double samples_per_s) const;
-
-  MetricsWriter writer_;
-  MetricsOptions options_;
-  std::unique_ptr<Progress> progress_;
-  bool live_;
-  int64_t every_;
-  // The window since the last logged step.
-  double window_seconds_ = 0, window_data_seconds_ = 0, window_loss_ = 0;
-  int64_t window_samples_ = 0, window_steps_ = 0;
-  double mean_step_seconds_ = 0;  // smoothed, for the ETA
-  double gpu_idle_ = -1;          // the last logged window's (CUDA), < 0: not measured
-  int64_t starved_windows_ = 0;   // logged windows in a row with the GPU idle for want of data
-  bool warned_starved_ = false;
-  void check_starved(double data_wait);
+// A timeline of a window of training steps, written as Trace Event JSON (common/trace.h): from
+// optimizer step `start_step` for `steps` steps; steps 0 = off.
+struct TraceOptions {
+  int64_t start_step = 100;
+  int64_t steps = 0;
 };
 
 // Saves `checkpoints/last.pt` after every epoch (and every checkpoint.every_steps steps, and when

@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "trainer/logging.h"
+#include "common/log.h"
 #include "trainer/precision.h"
 
 #ifdef STOKER_WITH_CUDA

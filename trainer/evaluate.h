@@ -1,24 +1,43 @@
-// Evaluation: counting top-k hits, a model's loss, top-1 and top-5 over a loader, epoch metrics by
-// name (checkpoint.best_metric, train.early_stopping.metric), and the library side of
-// `trainer eval` (a checkpoint on the config's test split), `trainer predict` (image files) and
-// `trainer export` (TorchScript or a state dict).
+// Evaluation metrics: what an evaluation and an epoch report (EvalResult, EpochResult), counting
+// top-k hits, a model's loss, top-1 and top-5 over a batch source, and the epoch metrics by name (the best checkpoint's and early stopping's: checkpoint.best_metric,
+// train.early_stopping.metric). `trainer eval`, `predict` and `export` are recipe/tasks.h.
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/types.h>
 
-#include "data/loader.h"
-#include "trainer/checkpoint.h"
-#include "trainer/config.h"
-#include "trainer/trainer.h"
+#include "data/batch_source.h"
 
 namespace stoker {
+
+struct EvalResult {
+  double loss = 0;  // mean cross-entropy (no label smoothing)
+  double top1 = 0;  // fraction correct
+  double top5 = 0;  // fraction with the target among the 5 highest logits (all, with <= 5 classes)
+  int64_t samples = 0;  // the samples evaluated; 0: not evaluated
+  int64_t excluded = 0;  // unreadable samples left out (data.on_bad_sample: skip), not in `samples`
+};
+
+struct EpochResult {
+  int64_t epoch = 0;  // 0-based
+  double train_loss = 0;
+  EvalResult test;
+  EvalResult ema_test;  // the EMA of the weights (train.ema_decay); samples == 0 without one
+  double seconds = 0;
+  double samples_per_s = 0;
+  double data_wait = 0;  // share of the epoch's training time spent waiting for data
+  data::StageTimes stages;  // the training loader's per-stage times for the epoch
+  // fp16-mixed: the loss scale at the end of the epoch and the optimizer steps skipped so far
+  // because of inf/NaN gradients (0 and 1 without loss scaling).
+  double loss_scale = 1.0;
+  int64_t skipped_steps = 0;
+  // train.on_nonfinite: skip: optimizer steps of this epoch skipped for an inf/NaN loss or gradients.
+  int64_t nonfinite_skips = 0;
+};
 
 // How many rows of `logits` [N, C] have their `target` [N] among their k highest values (k is
 // capped at C), as a device scalar (no host synchronisation).
@@ -30,65 +49,14 @@ torch::Tensor count_topk_correct(const torch::Tensor& logits, const torch::Tenso
 EvalResult evaluate_model(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                           data::BatchSource& source);
 
+// The epoch metrics a best checkpoint or early stopping can follow: test_top1, test_top5, test_loss
+// and, with an EMA of the weights, ema_test_top1, ema_test_top5, ema_test_loss.
+const std::vector<std::string>& epoch_metric_names();
+bool is_epoch_metric(const std::string& name);
+// Whether a larger value of the metric is better (top-k) or a smaller one (loss).
+bool higher_is_better(const std::string& metric);
 // The value of an epoch metric (see is_epoch_metric) in `result`; NaN when the epoch lacks it
 // (ema_* without an EMA).
 double epoch_metric(const EpochResult& result, const std::string& name);
-
-// ---- trainer eval ---------------------------------------------------------------------------------
-
-struct CheckpointEvaluation {
-  EvalResult model;               // the checkpoint's weights
-  std::optional<EvalResult> ema;  // its EMA of the weights, when it has one
-  TrainState state;               // where its run stood
-};
-
-// Builds the configured model, loads `checkpoint` into it and evaluates it (and its EMA weights)
-// on the config's test split, in train.precision as training evaluates (autocast for the mixed
-// precisions, bfloat16 weights for bf16-true, TF32 off for fp32: see apply_global_precision, which
-// it applies process-wide as the Trainer does).
-CheckpointEvaluation evaluate_checkpoint(const Config& config, const std::filesystem::path& checkpoint);
-
-// ---- trainer predict ------------------------------------------------------------------------------
-
-struct PredictRequest {
-  std::filesystem::path checkpoint;
-  // The config for the model, its input channels and data.eval_transforms / mean / std: this file
-  // when given, else the resolved config saved in the checkpoint. `overrides` apply to either.
-  std::optional<std::filesystem::path> config_file;
-  std::vector<std::string> overrides;
-  std::vector<std::filesystem::path> images;
-  int64_t top_k = 5;
-  bool use_ema = false;  // the checkpoint's EMA weights instead of its model weights
-};
-
-struct ImagePrediction {
-  std::filesystem::path image;
-  std::vector<int64_t> classes;       // the top k class indices, most probable first
-  std::vector<std::string> names;     // their names (the checkpoint's class names), or the indices
-  std::vector<double> probabilities;  // their softmax probabilities
-};
-
-// Runs each image (JPEG or PNG) through the loader's own per-sample pipeline (data/pipeline.h: read,
-// decode, data.eval_transforms) and normalisation (data/normalize.h: data.mean / data.std) and
-// classifies it. An unreadable image is a stoker::Error naming it.
-std::vector<ImagePrediction> predict_images(const PredictRequest& request);
-
-// ---- trainer export -------------------------------------------------------------------------------
-
-struct ExportRequest {
-  std::filesystem::path checkpoint;
-  std::optional<std::filesystem::path> config_file;  // as PredictRequest: default the checkpoint's
-  std::vector<std::string> overrides;
-  // state_dict: torch.save format (models/state_dict.h; torchvision names for the torchvision-layout
-  // ResNets), in the run's dtype. torchscript: the model traced by libtorch's C++ tracer
-  // (models/torchscript.h) in eval mode, float32, contiguous, on the recipe's input size (its test
-  // data through data.eval_transforms); torch.jit.load / torch::jit::load.
-  std::string format = "state_dict";
-  bool use_ema = false;  // the checkpoint's EMA weights
-  std::filesystem::path output;
-};
-// Loads the checkpoint's weights (or EMA weights) into the configured model on the CPU and writes
-// them to request.output in request.format.
-void export_checkpoint(const ExportRequest& request);
 
 }  // namespace stoker

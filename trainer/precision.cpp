@@ -45,14 +45,32 @@ c10::ScalarType parameter_dtype(Precision p) {
   return p == Precision::kBf16True ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
 }
 
+namespace {
+bool allows_tf32(Precision precision) { return precision != Precision::kFp32; }
+}  // namespace
+
 std::string apply_global_precision(Precision precision) {
-  const bool tf32 = precision != Precision::kFp32;
+  const bool tf32 = allows_tf32(precision);
   at::globalContext().setAllowTF32CuBLAS(tf32);
   at::globalContext().setAllowTF32CuDNN(tf32);
+  return describe_precision(precision);
+}
+
+std::string describe_precision(Precision precision) {
+  const bool tf32 = allows_tf32(precision);
   return fmt::format("precision: {} (TF32 tensor cores {} for float32 matmuls and convolutions on CUDA{})",
                      precision_name(precision), tf32 ? "allowed" : "off",
                      is_mixed(precision) ? fmt::format("; autocast to {}", c10::toString(autocast_dtype(precision)))
                                          : "");
+}
+
+void prepare_model(torch::nn::Module& model, c10::Device device, Precision precision, bool channels_last) {
+  model.to(device, parameter_dtype(precision));
+  if (!channels_last) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
 }
 
 AutocastGuard::AutocastGuard(c10::Device device, Precision precision) : type_(device.type()) {

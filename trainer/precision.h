@@ -20,6 +20,7 @@
 //   loss.backward();                                           // outside the guard
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
 
 #include <string>
@@ -50,8 +51,16 @@ bool needs_loss_scaling(Precision precision);
 c10::ScalarType parameter_dtype(Precision precision);
 
 // Process-wide settings: TF32 for cuBLAS and cuDNN on (tf32 and the mixed modes, whose fp32 ops
-// then also profit) or off (fp32, so that "fp32" means IEEE float32). Returns a line for the log.
+// then also profit) or off (fp32, so that "fp32" means IEEE float32). The run applies it once at
+// start (make_training in recipe/factory.h); a Trainer never changes process-wide state, so an
+// application that builds its own sets it itself. Returns describe_precision's line.
 std::string apply_global_precision(Precision precision);
+// What the precision means on the device, for the log ("precision: fp32 (TF32 tensor cores off ...)").
+std::string describe_precision(Precision precision);
+
+// Moves `model` to `device` in the precision's parameter dtype (bfloat16 for bf16-true, else
+// float32), its 4-D parameters to channels-last when asked: the model as a Trainer expects it.
+void prepare_model(torch::nn::Module& model, c10::Device device, Precision precision, bool channels_last);
 
 // Turns autocast on for `device`'s type with the precision's dtype for the guard's lifetime and
 // restores the previous state after (nesting works; the cast cache is cleared on the outermost exit,

@@ -12,7 +12,7 @@
 #include "trainer/cuda_graph_step.h"
 #include "trainer/gpu_idle.h"
 #include "trainer/evaluate.h"
-#include "trainer/logging.h"
+#include "common/log.h"
 
 namespace stoker {
 namespace {
@@ -47,17 +47,17 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
         p.device().type() == o.device.type() && (!o.device.has_index() || p.device().index() == o.device.index());
     STOKER_CHECK(on_device,
                  "Trainer: the model's parameter '{}' is on {} but TrainerOptions::device is {}; move the "
-                 "model there before building the Trainer (stoker::prepare_model in trainer/factory.h does it)",
+                 "model there before building the Trainer (stoker::prepare_model in trainer/precision.h does it)",
                  item.key(), p.device().str(), o.device.str());
     STOKER_CHECK(!p.is_floating_point() || p.scalar_type() == dtype,
                  "Trainer: the model's parameter '{}' is {} but precision {} trains {} parameters; convert "
-                 "the model before building the Trainer (stoker::prepare_model in trainer/factory.h does it)",
+                 "the model before building the Trainer (stoker::prepare_model in trainer/precision.h does it)",
                  item.key(), c10::toString(p.scalar_type()), precision_name(o.precision), c10::toString(dtype));
   }
 }
 
 // The evaluation of all ranks' shards from each rank's: sample-weighted means of the sums.
-EvalResult sum_over_ranks(dist::DataParallel& dp, const EvalResult& mine) {
+EvalResult sum_over_ranks(distributed::DataParallel& dp, const EvalResult& mine) {
   const auto n = static_cast<double>(mine.samples);
   std::vector<double> sums = {mine.loss * n, mine.top1 * n, mine.top5 * n, n};
   dp.sum(sums);
@@ -94,9 +94,9 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   STOKER_CHECK(train_ && train_->num_batches() > 0,
                "Trainer: the training source is {}; hand it a data::BatchSource with at least one batch",
                train_ ? "empty (0 batches)" : "missing");
-  STOKER_CHECK(eval_ && eval_->num_batches() > 0,
-               "Trainer: the evaluation source is {}; hand it a data::BatchSource with at least one batch",
-               eval_ ? "empty (0 batches)" : "missing");
+  STOKER_CHECK(!eval_ || eval_->num_batches() > 0,
+               "Trainer: the evaluation source is empty (0 batches); hand it a data::BatchSource with at least one "
+               "batch, or none to train without evaluating");
   STOKER_CHECK(options_.accumulate_steps >= 1, "Trainer: TrainerOptions::accumulate_steps must be >= 1, got {}",
                options_.accumulate_steps);
   STOKER_CHECK(options_.precision != Precision::kAuto,
@@ -104,7 +104,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
                "with stoker::choose_precision (trainer/precision_choice.h) or name a precision");
   check_model_placement(module(), options_);
   watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
-  precision_summary_ = apply_global_precision(options_.precision);
+  precision_summary_ = describe_precision(options_.precision);  // the run applies it (apply_global_precision)
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
     if (p.requires_grad()) params_.push_back(p);
@@ -293,6 +293,8 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
 // ---- evaluation -----------------------------------------------------------------------------------
 
 EvalResult Trainer::evaluate() {
+  STOKER_CHECK(eval_ != nullptr, "Trainer::evaluate: this Trainer has no evaluation source; hand one to its "
+               "constructor (or make_trainer) to evaluate");
   if (data_parallel_) {
     // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
     std::vector<torch::Tensor> buffers = module().buffers();
@@ -397,8 +399,10 @@ FitResult Trainer::fit() {
     EpochResult er;
     train_epoch(epoch, er, result.interrupted);
     if (result.interrupted) break;
-    er.test = evaluate();
-    if (ema_) er.ema_test = evaluate_ema();
+    if (eval_) {  // without an evaluation source, epochs end without one (test.samples == 0)
+      er.test = evaluate();
+      if (ema_) er.ema_test = evaluate_ema();
+    }
     er.seconds = now_s() - epoch_start;
     for (auto& cb : callbacks_) cb->on_validation_end(*this, er);
     state_.epoch = epoch + 1;

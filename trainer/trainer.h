@@ -30,10 +30,11 @@
 #include <torch/optim/optimizer.h>
 
 #include "data/batch_source.h"
-#include "dist/data_parallel.h"
+#include "distributed/data_parallel.h"
 #include "optim/ema.h"
 #include "optim/grad_scaler.h"
 #include "trainer/checkpoint.h"
+#include "trainer/evaluate.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
@@ -53,31 +54,6 @@ struct StepInfo {
   double lr = 0;                // learning rate used for this step
   double data_seconds = 0;      // host time spent waiting for the batch
   double step_seconds = 0;      // host time of the whole step, data wait included
-};
-
-struct EvalResult {
-  double loss = 0;  // mean cross-entropy (no label smoothing)
-  double top1 = 0;  // fraction correct
-  double top5 = 0;  // fraction with the target among the 5 highest logits (all, with <= 5 classes)
-  int64_t samples = 0;  // the samples evaluated; 0: not evaluated
-  int64_t excluded = 0;  // unreadable samples left out (data.on_bad_sample: skip), not in `samples`
-};
-
-struct EpochResult {
-  int64_t epoch = 0;  // 0-based
-  double train_loss = 0;
-  EvalResult test;
-  EvalResult ema_test;  // the EMA of the weights (train.ema_decay); samples == 0 without one
-  double seconds = 0;
-  double samples_per_s = 0;
-  double data_wait = 0;  // share of the epoch's training time spent waiting for data
-  data::StageTimes stages;  // the training loader's per-stage times for the epoch
-  // fp16-mixed: the loss scale at the end of the epoch and the optimizer steps skipped so far
-  // because of inf/NaN gradients (0 and 1 without loss scaling).
-  double loss_scale = 1.0;
-  int64_t skipped_steps = 0;
-  // train.on_nonfinite: skip: optimizer steps of this epoch skipped for an inf/NaN loss or gradients.
-  int64_t nonfinite_skips = 0;
 };
 
 struct FitResult {
@@ -112,7 +88,7 @@ using LossFunction = std::function<torch::Tensor(const torch::Tensor& logits, co
 using LrSchedule = std::function<double(int64_t step)>;
 
 // What a Trainer is made of. The model must already be on options.device in the precision's
-// parameter dtype (prepare_model in trainer/factory.h), and the optimizer built over its parameters.
+// parameter dtype (prepare_model in trainer/precision.h), and the optimizer built over its parameters.
 struct TrainerParts {
   torch::nn::AnyModule model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -120,9 +96,9 @@ struct TrainerParts {
   std::unique_ptr<GradScaler> scaler;  // empty: no loss scaling
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
-  // Data-parallel training (dist::ProcessGroup::data_parallel): the last batch of each optimizer
+  // Data-parallel training (distributed::ProcessGroup::data_parallel): the last batch of each optimizer
   // step all-reduces its gradients during backward; evaluation sums over the ranks' shards.
-  std::shared_ptr<dist::DataParallel> data_parallel;  // empty: one process
+  std::shared_ptr<distributed::DataParallel> data_parallel;  // empty: one process
 };
 
 class Trainer;
@@ -145,10 +121,12 @@ class Trainer {
  public:
   // The Trainer owns its parts (moved in) and shares the sources with whoever made them: the
   // application may keep its own pointers (to read a loader's timing, say), and a source lives as
-  // long as any holder. Missing parts, empty sources and a model not yet on options.device in the
-  // precision's parameter dtype are refused here with a message saying what to do.
+  // long as any holder. `eval` is optional: without it, epochs end without an evaluation (their
+  // test results have samples == 0) and evaluate() is an error. Missing parts, empty sources and a
+  // model not yet on options.device in the precision's parameter dtype are refused here with a
+  // message saying what to do.
   Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<data::BatchSource> train,
-          std::shared_ptr<data::BatchSource> eval);
+          std::shared_ptr<data::BatchSource> eval = nullptr);
   ~Trainer();
 
   void add_callback(std::shared_ptr<Callback> callback);
@@ -204,8 +182,8 @@ class Trainer {
   torch::Device device() const { return options_.device; }
   GradScaler& scaler() { return *scaler_; }
   Precision precision() const { return options_.precision; }
-  // What the precision settings mean here, for the log (the constructor applies them: TF32 on or
-  // off process-wide, see apply_global_precision).
+  // What the precision settings mean here, for the log (the run applies them process-wide once:
+  // TF32 on or off, see apply_global_precision; the Trainer itself changes no process-wide state).
   const std::string& precision_summary() const { return precision_summary_; }
   int64_t accumulate_steps() const { return options_.accumulate_steps; }
   // Optimizer steps per epoch (batches / accumulate_steps, rounded up).
@@ -214,7 +192,7 @@ class Trainer {
   // The EMA of the weights; nullptr without one.
   ModelEma* ema() { return ema_.get(); }
   // The data-parallel part; nullptr when training alone.
-  dist::DataParallel* data_parallel() { return data_parallel_.get(); }
+  distributed::DataParallel* data_parallel() { return data_parallel_.get(); }
   // Whether training steps run as a replayed CUDA graph (after the warm-up steps).
   bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the schedule.
@@ -251,7 +229,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   LrSchedule schedule_;
   std::unique_ptr<ModelEma> ema_;
-  std::shared_ptr<dist::DataParallel> data_parallel_;
+  std::shared_ptr<distributed::DataParallel> data_parallel_;
   std::shared_ptr<data::BatchSource> train_, eval_;
   std::unique_ptr<CudaGraphStep> graph_;
   std::unique_ptr<GpuIdleMeter> idle_;

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "trainer/config.h"
+#include "recipe/config.h"
 #include "test_util.h"
 
 namespace stoker::models {

@@ -75,19 +75,6 @@ TEST(Schedule, OneCycleRisesToTheLrAtPctStartThenAnnealsToItsFloor) {
   EXPECT_THROW(scheduled_lr(s, 1.0, 0, 10, 4), Error);
 }
 
-TEST(Schedule, LinearScalingWithTheGlobalBatch) {
-  Config c;
-  c.optimizer.lr = 0.1;
-  c.data.batch_size = 256;
-  c.data.shard_count = 2;
-  EXPECT_EQ(global_batch_size(c), 512);
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.1);  // off
-  c.optimizer.lr_reference_batch = 128;
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.4);
-  c.optimizer.lr_reference_batch = 1024;
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.05);
-}
-
 TEST(Schedule, ApplicationsRegisterTheirOwn) {
   if (!schedule_registry().contains("test_halving")) {
     schedule_registry().add("test_halving", {options_of<NoOptions>(), [](const TypeOptions&, double lr, int64_t step,
@@ -99,7 +86,6 @@ TEST(Schedule, ApplicationsRegisterTheirOwn) {
   s.warmup_epochs = 1;
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 0, 4, 3), 0.25);  // the warm-up applies
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1.0, 9, 4, 3), 0.25);
-  EXPECT_EQ(parse_config("schedule: {type: test_halving}\n", "r.yaml").schedule.curve.type(), "test_halving");
   EXPECT_THROW(schedule_registry().add("cosine", {}), Error);
   EXPECT_CONTAINS(stoker::testing::error_of([&] { make_schedule("nonesuch"); }),
                   "unknown schedule type 'nonesuch'; known: constant, cosine, one_cycle, step");

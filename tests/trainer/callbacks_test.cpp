@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "test_util.h"
-#include "trainer/factory.h"
-#include "trainer/run.h"
+#include "test_config.h"
+#include "recipe/factory.h"
+#include "recipe/run.h"
 
 namespace stoker {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "models/registry.h"
+#include "optim/optim.h"
 #include "test_util.h"
 #include "trainer/trainer.h"
 #include "models/compact_resnet.h"

@@ -9,7 +9,6 @@
 #include <torch/torch.h>
 
 #include "test_util.h"
-#include "trainer/logging.h"
 
 namespace stoker {
 namespace {
@@ -50,27 +49,6 @@ TEST(GpuIdle, HostPausesBetweenStepsAreMeasuredAsIdle) {
   const std::optional<double> starved = meter.take_idle_share();
   ASSERT_TRUE(starved.has_value());
   EXPECT_GT(*starved, 0.3);
-}
-
-TEST(GpuIdle, TheProgressLineShowsItOnlyWhenMeasured) {
-  for (const double idle : {0.123, -1.0}) {
-    std::FILE* out = std::tmpfile();
-    ASSERT_NE(out, nullptr);
-    Progress progress(/*live=*/false, /*every=*/1, out);
-    ProgressUpdate u;
-    u.epoch = u.epochs = u.step = u.steps = 1;
-    u.gpu_idle = idle;
-    progress.update(u);
-    std::rewind(out);
-    char line[512] = {};
-    ASSERT_NE(std::fgets(line, sizeof line, out), nullptr);
-    std::fclose(out);
-    if (idle >= 0) {
-      EXPECT_CONTAINS(std::string(line), "gpu_idle 12.3%");
-    } else {
-      EXPECT_EQ(std::string(line).find("gpu_idle"), std::string::npos) << line;
-    }
-  }
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 #include <utility>
 
 #include "models/registry.h"
-#include "test_util.h"
+#include "test_config.h"
 #include "trainer/callbacks.h"
-#include "trainer/factory.h"
-#include "trainer/run.h"
+#include "recipe/factory.h"
+#include "recipe/run.h"
 
 namespace stoker {
 namespace {

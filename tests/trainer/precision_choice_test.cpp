@@ -8,9 +8,9 @@
 #include <cstdlib>
 
 #include "data/cache.h"
-#include "test_util.h"
-#include "trainer/factory.h"
-#include "trainer/run.h"
+#include "test_config.h"
+#include "recipe/factory.h"
+#include "recipe/run.h"
 
 namespace stoker {
 namespace {

@@ -8,34 +8,11 @@
 #include <memory>
 #include <vector>
 
+#include "data/tensor_batches.h"
 #include "test_util.h"
 
 namespace stoker {
 namespace {
-
-// Batches held in memory: the smallest data::BatchSource.
-class MemorySource : public data::BatchSource {
- public:
-  explicit MemorySource(std::vector<data::Batch> batches) : batches_(std::move(batches)) {}
-  int64_t num_batches() const override { return static_cast<int64_t>(batches_.size()); }
-  int64_t num_samples() const override {
-    int64_t n = 0;
-    for (const auto& b : batches_) n += b.size();
-    return n;
-  }
-  int64_t channels() const override { return batches_.front().input.size(1); }
-  int64_t out_height() const override { return batches_.front().input.size(2); }
-  int64_t out_width() const override { return batches_.front().input.size(3); }
-  void start_epoch(int64_t /*epoch*/, int64_t first_batch) override { next_ = first_batch; }
-  std::optional<data::Batch> next() override {
-    if (next_ >= num_batches()) return std::nullopt;
-    return batches_[next_++];
-  }
-
- private:
-  std::vector<data::Batch> batches_;
-  int64_t next_ = 0;
-};
 
 // `n` batches of `size` 1x4x4 inputs in 3 classes (the class is the argmax of a fixed linear map,
 // so the problem is learnable).
@@ -51,6 +28,17 @@ std::vector<data::Batch> make_batches(int64_t n, int64_t size, uint64_t seed) {
     out.push_back(b);
   }
   return out;
+}
+
+// The same batches as an in-memory source, in their order.
+std::shared_ptr<data::TensorBatches> memory_source(int64_t n, int64_t size, uint64_t seed) {
+  std::vector<torch::Tensor> inputs, targets;
+  for (const data::Batch& b : make_batches(n, size, seed)) {
+    inputs.push_back(b.input);
+    targets.push_back(b.target);
+  }
+  return std::make_shared<data::TensorBatches>(torch::cat(inputs), torch::cat(targets), size, torch::kCPU,
+                                               /*shuffle=*/false);
 }
 
 struct TinyNetImpl : torch::nn::Module {
@@ -80,13 +68,13 @@ struct LrLog : Callback {
 
 struct Built {
   std::unique_ptr<Trainer> trainer;
-  std::shared_ptr<MemorySource> train;
+  std::shared_ptr<data::TensorBatches> train;
 };
 
 Built build(TrainerParts parts, TrainerOptions options = {}) {
   Built b;
-  b.train = std::make_shared<MemorySource>(make_batches(5, 8, 11));
-  auto eval = std::make_shared<MemorySource>(make_batches(2, 10, 12));
+  b.train = memory_source(5, 8, 11);
+  auto eval = memory_source(2, 10, 12);
   b.trainer = std::make_unique<Trainer>(std::move(options), std::move(parts), b.train, eval);
   return b;
 }
@@ -171,8 +159,7 @@ TEST(TrainerParts, MissingOrUnreadyPartsAreClearErrors) {
     parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
     return parts;
   };
-  auto source = std::make_shared<MemorySource>(make_batches(1, 4, 1));
-  auto empty = std::make_shared<MemorySource>(std::vector<data::Batch>());
+  auto source = memory_source(1, 4, 1);
 
   TrainerParts no_model = parts_for(net(1));
   no_model.model = torch::nn::AnyModule();
@@ -181,10 +168,14 @@ TEST(TrainerParts, MissingOrUnreadyPartsAreClearErrors) {
   no_optimizer.optimizer.reset();
   EXPECT_CONTAINS(error_of([&] { Trainer({}, std::move(no_optimizer), source, source); }),
                   "TrainerParts::optimizer is empty");
-  EXPECT_CONTAINS(error_of([&] { Trainer({}, parts_for(net(1)), empty, source); }),
-                  "the training source is empty (0 batches)");
-  EXPECT_CONTAINS(error_of([&] { Trainer({}, parts_for(net(1)), source, nullptr); }),
-                  "the evaluation source is missing");
+  EXPECT_CONTAINS(error_of([&] { Trainer({}, parts_for(net(1)), nullptr, source); }),
+                  "the training source is missing");
+  // No evaluation source: training runs, epochs carry no test results, evaluate() says why it cannot.
+  Trainer no_eval({}, parts_for(net(1)), source);
+  const FitResult fit = no_eval.fit();
+  ASSERT_FALSE(fit.epochs.empty());
+  EXPECT_EQ(fit.epochs.back().test.samples, 0);
+  EXPECT_CONTAINS(error_of([&] { no_eval.evaluate(); }), "has no evaluation source");
 
   TrainerOptions bf16_true;
   bf16_true.precision = Precision::kBf16True;  // the model is still float32

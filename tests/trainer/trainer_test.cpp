@@ -9,9 +9,9 @@
 #include "data/transform_options.h"
 #include "models/compact_resnet.h"
 #include "models/registry.h"
-#include "test_util.h"
-#include "trainer/factory.h"
-#include "trainer/run.h"
+#include "test_config.h"
+#include "recipe/factory.h"
+#include "recipe/run.h"
 
 namespace stoker {
 namespace {

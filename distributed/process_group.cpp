@@ -1,0 +1,297 @@
+// The c10d process group and the Reducer behind distributed::DataParallel (distributed/process_group.h).
+// Built against torch 2.11's c10d (CMakeLists.txt refuses other versions: c10d::Reducer's
+// constructor changes between releases). ProcessGroupGloo.hpp needs gloo's headers, which the torch
+// wheel lacks: Debian's libgloo-dev supplies them (scripts/setup.sh installs it).
+#include "distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef STOKER_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace stoker::distributed {
+
+bool lost_connection(const std::string& message) {
+  for (const char* sign : {"Connection reset", "Connection closed", "Connection refused", "Broken pipe", "imed out",
+                           "Timeout"}) {
+    if (message.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+namespace {
+
+using BackendType = c10d::ProcessGroup::BackendType;
+using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+// Runs `f`, turning c10d's and gloo's errors into a stoker::Error that says what was being done.
+template <typename F>
+auto guarded(const std::string& what, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    const std::string first = message.substr(0, message.find('\n'));
+    STOKER_FAIL("distributed training: {} failed ({}){}", what, first,
+                lost_connection(first) ? "; another rank has probably stopped or died first: its output says why" : "");
+  }
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// The network device Gloo's ranks connect through: GLOO_SOCKET_IFNAME when set (as in PyTorch), the
+// loopback one when the master is on this machine's loopback, else the one this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchInfo& launch, const ProcessGroupOptions& o) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(launch.master_port);
+  so.isServer = !launch.agent_store && launch.rank == 0;
+  so.waitWorkers = false;
+  so.timeout = o.timeout;
+  auto store = guarded(fmt::format("connecting to the rendezvous store at {}:{} (as {})", launch.master_addr,
+                                   launch.master_port, so.isServer ? "its host, rank 0" : "a client"),
+                       [&] { return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so); });
+  // Keys of one attempt apart from those of torchrun's earlier restarts (the agent's store lives on).
+  return c10::make_intrusive<c10d::PrefixStore>(fmt::format("stoker/attempt{}", launch.restart_count), store);
+}
+
+// A process group over `store` with the backend for `device`.
+PG make_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchInfo& launch, torch::Device device,
+              const ProcessGroupOptions& o, std::string& backend_name) {
+  const int rank = static_cast<int>(launch.rank), size = static_cast<int>(launch.world_size);
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  if (device.is_cuda()) {
+#ifdef STOKER_WITH_NCCL
+    backend_name = "nccl";
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = o.timeout;
+    auto nccl = guarded("creating the NCCL process group", [&] {
+      return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+    });
+    group->setBackend(c10::DeviceType::CUDA, BackendType::NCCL, nccl);
+    group->setDefaultBackend(BackendType::NCCL);
+    return group;
+#else
+    STOKER_FAIL("distributed training on CUDA needs NCCL, which this build lacks (nccl.h was not found at "
+                "configure time: see the 'Stoker: NCCL' line of the CMake output); train on the CPU with "
+                "run.device: cpu, or rebuild with the nvidia-nccl wheel installed");
+#endif
+  }
+  backend_name = "gloo";
+  auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
+  options->devices.push_back(gloo_device(launch.master_addr));
+  auto gloo = guarded(fmt::format("the Gloo rendezvous of rank {} of {} (timeout {} s)", rank, size,
+                                  std::chrono::duration_cast<std::chrono::seconds>(o.timeout).count()),
+                      [&] { return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options); });
+  group->setBackend(c10::DeviceType::CPU, BackendType::GLOO, gloo);
+  group->setDefaultBackend(BackendType::GLOO);
+  return group;
+}
+
+// distributed::DataParallel over a c10d::Reducer.
+class ReducerDataParallel final : public DataParallel {
+ public:
+  ReducerDataParallel(PG group, torch::Device device, std::vector<torch::Tensor> params,
+                      std::unordered_map<size_t, std::string> names, const ProcessGroupOptions& o)
+      : group_(std::move(group)), device_(device), params_(params) {
+    STOKER_CHECK(o.grad_sync == "overlap" || o.grad_sync == "after_backward" || o.grad_sync == "none",
+                 "gradient sync '{}' is not overlap, after_backward or none", o.grad_sync);
+    sync_after_backward_ = o.grad_sync == "after_backward";
+    if (o.grad_sync != "overlap") return;  // the benchmarks' variants (ProcessGroupOptions::grad_sync)
+    const std::vector<size_t> limits = {static_cast<size_t>(o.first_bucket_bytes),
+                                        static_cast<size_t>(o.bucket_bytes)};
+    const std::vector<bool> sparse(params.size(), false);
+    std::vector<std::vector<size_t>> buckets =
+        std::get<0>(c10d::compute_bucket_assignment_by_size(params, limits, sparse));
+    // Gradients become ready roughly in reverse order of definition: the last layers' buckets first.
+    std::reverse(buckets.begin(), buckets.end());
+    reducer_ = std::make_unique<c10d::Reducer>(std::move(params), std::move(buckets), group_, sparse,
+                                               o.bucket_bytes, /*find_unused_parameters=*/false,
+                                               /*gradient_as_bucket_view=*/false, std::move(names),
+                                               o.first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
+                                               /*use_python_reducer=*/false,
+                                               /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  }
+
+  int64_t rank() const override { return group_->getRank(); }
+  int64_t world_size() const override { return group_->getSize(); }
+
+  void before_backward(bool sync) override {
+    if (!sync || !reducer_) return;  // no prepare_for_backward: the Reducer's hooks leave the gradients local
+    guarded("preparing the gradient all-reduce", [&] {
+      // After the first synchronised step, once: buckets re-cut in the order gradients were ready.
+      reducer_->rebuild_buckets();
+      reducer_->prepare_for_backward({});
+      return 0;
+    });
+  }
+
+  // grad_sync "after_backward": every gradient in one flat all-reduce once backward is done.
+  void after_backward(bool sync) override {
+    if (!sync || !sync_after_backward_) return;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params_) grads.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros_like(p).flatten());
+    std::vector<at::Tensor> flat = {torch::cat(grads)};
+    guarded("the gradient all-reduce", [&] { return group_->allreduce(flat)->wait(); });
+    flat[0].div_(static_cast<double>(world_size()));
+    int64_t at = 0;
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().copy_(flat[0].narrow(0, at, p.numel()).view_as(p));
+      at += p.numel();
+    }
+  }
+
+  void sum(std::vector<double>& values) override {
+    if (values.empty()) return;
+    std::vector<at::Tensor> t = {torch::tensor(values, torch::kFloat64).to(device_)};
+    guarded("summing over the ranks", [&] { return group_->allreduce(t)->wait(); });
+    const torch::Tensor host = t[0].cpu();
+    for (size_t i = 0; i < values.size(); ++i) values[i] = host[static_cast<int64_t>(i)].item<double>();
+  }
+
+  void broadcast(std::vector<torch::Tensor> tensors) override {
+    if (tensors.empty()) return;
+    torch::NoGradGuard no_grad;
+    guarded("broadcasting from rank 0", [&] {
+      c10d::broadcast_coalesced(group_, tensors, /*buffer_size=*/256u << 20, /*rank=*/0);
+      return 0;
+    });
+  }
+
+ private:
+  PG group_;
+  torch::Device device_;
+  bool sync_after_backward_ = false;  // grad_sync "after_backward"
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<c10d::Reducer> reducer_;  // none with grad_sync other than "overlap"
+};
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  LaunchInfo launch;
+  torch::Device device = torch::kCPU;
+  ProcessGroupOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+  PG group;
+  std::string backend;
+};
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch::Device device,
+                                                 ProcessGroupOptions options) {
+  STOKER_CHECK(launch.world_size >= 1 && launch.rank >= 0 && launch.rank < launch.world_size,
+               "rank {} of a world of {} is out of range", launch.rank, launch.world_size);
+  auto impl = std::make_unique<Impl>();
+  impl->launch = launch;
+  impl->device = device;
+  impl->options = options;
+  impl->store = connect_store(launch, options);
+  impl->group = make_group(impl->store, launch, device, options, impl->backend);
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+int64_t ProcessGroup::rank() const { return impl_->launch.rank; }
+int64_t ProcessGroup::world_size() const { return impl_->launch.world_size; }
+const std::string& ProcessGroup::backend() const { return impl_->backend; }
+
+std::shared_ptr<DataParallel> ProcessGroup::data_parallel(torch::nn::Module& model) {
+  std::vector<torch::Tensor> params, everything;
+  std::unordered_map<size_t, std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    everything.push_back(item.value());
+    if (!item.value().requires_grad()) continue;
+    names[params.size()] = item.key();
+    params.push_back(item.value());
+  }
+  for (const auto& item : model.named_buffers()) everything.push_back(item.value());
+  STOKER_CHECK(!params.empty(), "distributed training: the model has no trainable parameters");
+  auto dp = std::make_shared<ReducerDataParallel>(impl_->group, impl_->device, params, std::move(names),
+                                                  impl_->options);
+  dp->broadcast(everything);  // every rank starts from rank 0's weights and buffers
+  return dp;
+}
+
+void ProcessGroup::barrier() {
+  guarded("waiting for every rank (barrier)", [&] { return impl_->group->barrier()->wait(); });
+}
+
+// ---- which rank stopped first --------------------------------------------------------------------------
+// Each rank that fails leaves "failure/<rank>" (its error) in the store; each rank whose collective
+// lost a peer leaves "saw/<rank>" and reads the others'. A rank with neither died without a word.
+
+void ProcessGroup::report_failure(const std::string& message) {
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    impl_->store->set(fmt::format("failure/{}", rank()), message);
+  } catch (const std::exception&) {
+    // The store is gone too (its host stopped): the others learn nothing more than the lost connection.
+  }
+}
+
+std::string ProcessGroup::explain_lost_peer(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<std::string> failed;
+  std::vector<int64_t> silent;
+  try {
+    c10d::Store& store = *impl_->store;
+    store.setTimeout(std::chrono::seconds(2));
+    store.set(fmt::format("saw/{}", rank()), "1");
+    while (true) {
+      failed.clear();
+      silent.clear();
+      for (int64_t r = 0; r < world_size(); ++r) {
+        if (r == rank()) continue;
+        if (store.check({fmt::format("failure/{}", r)})) {
+          const std::vector<uint8_t> bytes = store.get(fmt::format("failure/{}", r));
+          failed.push_back(fmt::format("rank {} failed first: {}", r, std::string(bytes.begin(), bytes.end())));
+        } else if (!store.check({fmt::format("saw/{}", r)})) {
+          silent.push_back(r);
+        }
+      }
+      if (!failed.empty() || silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception&) {
+    return impl_->launch.agent_store
+               ? "the launcher's rendezvous store cannot be reached either (the launcher stopped?)"
+               : "rank 0 stopped (or died) first: the rendezvous store it hosted is gone too; its output says why";
+  }
+  if (!failed.empty()) return fmt::format("{}", fmt::join(failed, "; "));
+  if (!silent.empty()) {
+    return fmt::format("rank {} stopped without a word (killed, out of memory, or crashed: its output, the "
+                       "launcher's or the kernel log (dmesg) says why)",
+                       fmt::join(silent, ", "));
+  }
+  return "every other rank lost a connection too (the network between the nodes?)";
+}
+
+}  // namespace stoker::distributed

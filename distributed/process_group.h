@@ -1,0 +1,80 @@
+// The processes of a data-parallel run as one c10d process group: a TCPStore for the rendezvous
+// (hosted by rank 0, or by torchrun's agent when TORCHELASTIC_USE_AGENT_STORE=True, when every rank
+// connects as a client), Gloo on the CPU, NCCL on CUDA (when built with it). The c10d types stay in
+// process_group.cpp: this header needs only libtorch's tensor headers.
+//
+//   const distributed::LaunchInfo launch = distributed::launch_info_from_environment();
+//   auto group = distributed::ProcessGroup::join(launch, device);
+//   std::shared_ptr<distributed::DataParallel> dp = group->data_parallel(model);  // rank 0's weights everywhere
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "distributed/data_parallel.h"
+#include "distributed/launch.h"
+
+namespace stoker::distributed {
+
+struct ProcessGroupOptions {
+  // The longest wait for the rendezvous and for any collective; a rank whose peer died or hangs
+  // fails with an error after at most this long (usually at once, when the peer's socket closes).
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // c10d::Reducer's gradient buckets, as PyTorch's DistributedDataParallel sizes them.
+  int64_t bucket_bytes = 25 * 1024 * 1024;
+  int64_t first_bucket_bytes = 1024 * 1024;
+
+  // Benchmarks only (bench/run_dist_bench.sh, STOKER_BENCH_GRAD_SYNC): "overlap" (the Reducer,
+  // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
+  // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
+  // apart, wrong for training, the compute-only baseline).
+  std::string grad_sync = "overlap";
+
+  ProcessGroupOptions& with_timeout(std::chrono::milliseconds v) { timeout = v; return *this; }
+  ProcessGroupOptions& with_bucket_bytes(int64_t v) { bucket_bytes = v; return *this; }
+};
+
+// Whether a collective's error message says that the connection to a peer was lost or timed out.
+bool lost_connection(const std::string& message);
+
+class ProcessGroup {
+ public:
+  // Joins the group that `launch` describes, for training on `device` (NCCL for CUDA devices, Gloo
+  // for the CPU). Errors say which step failed (store, backend), with the address and what to check.
+  static std::shared_ptr<ProcessGroup> join(const LaunchInfo& launch, torch::Device device,
+                                            ProcessGroupOptions options = {});
+  ~ProcessGroup();
+
+  int64_t rank() const;
+  int64_t world_size() const;
+  const std::string& backend() const;  // "gloo" or "nccl"
+
+  // Data parallelism over `model`: its parameters and buffers are broadcast from rank 0 here (every
+  // rank then starts from the same weights), and a c10d::Reducer is set over its trainable
+  // parameters (buckets in reverse order of definition, all-reduced as backward fills them).
+  // The model must stay alive and keep its parameters while the result is in use.
+  std::shared_ptr<DataParallel> data_parallel(torch::nn::Module& model);
+
+  // Waits until every rank got here.
+  void barrier();
+
+  // After this rank failed with `message`: leaves it in the rendezvous store, where the other ranks'
+  // explain_lost_peer finds it (best effort: quietly nothing when the store is gone).
+  void report_failure(const std::string& message);
+  // After a collective failed here for a lost connection: which rank stopped first and why, as a
+  // sentence ("rank 1 failed: ...", "rank 1 stopped without a word (...)"), from the reports the
+  // other ranks left in the store, waiting at most `wait` for the ranks that have not reported.
+  std::string explain_lost_peer(std::chrono::milliseconds wait = std::chrono::seconds(5));
+
+ private:
+  struct Impl;
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker::distributed

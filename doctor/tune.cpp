@@ -1,0 +1,368 @@
+// `trainer doctor --tune` and `--batch`: the loader's settings and the batch size, searched by
+// measuring the training step, not guessed.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#ifdef STOKER_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "common/error.h"
+#include "data/cache.h"
+#include "doctor/doctor.h"
+#include "doctor/detail.h"
+#include "recipe/factory.h"
+#include "common/log.h"
+#include "recipe/run.h"
+
+namespace stoker {
+
+const char* data_cache_name(data::DataCache cache) {
+  return cache == data::DataCache::kNone ? "none" : data::cache_level_name(data::cache_level_of(cache));
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+constexpr double kWithinCeiling = 0.98;  // stop tuning within 2% of the ceiling
+constexpr double kBetter = 1.02;         // a trial must be 2% faster to replace the best (noise)
+
+// Tuning state: the data set, the trainer every trial steps, what was tried, the clock.
+struct Tuner {
+  Tuner(const Config& c, const TuneOptions& o) : bench(doctor::make_bench(c)), config(bench.config), options(o) {}
+  doctor::Bench bench;   // its loader has the starting settings
+  const Config& config;  // the recipe, resolved for the device (bench.config)
+  const TuneOptions& options;
+  TuneResult result;
+  clock_type::time_point start = clock_type::now();
+
+  bool out_of_time() const { return since(start) >= options.budget_seconds; }
+  bool at_ceiling() const { return result.best.samples_per_s >= kWithinCeiling * result.ceiling_samples_per_s; }
+  bool tried(const TuneTrial& t) const {
+    return std::any_of(result.trials.begin(), result.trials.end(), [&](const TuneTrial& o) {
+      return o.workers == t.workers && o.prefetch_factor == t.prefetch_factor && o.device_prefetch == t.device_prefetch &&
+             o.cache == t.cache;
+    });
+  }
+
+  // Measures the full pipeline with `t`'s settings (the model's threads set as training would).
+  TuneTrial run(TuneTrial t) {
+    Config c = config;
+    c.data.workers = t.workers;
+    c.data.prefetch_factor = t.prefetch_factor;
+    c.data.device_prefetch = t.device_prefetch;
+    c.data.cache = t.cache;
+    std::shared_ptr<data::Dataset> dataset = bench.dataset;
+    if (t.cache != data::DataCache::kNone && !(dataset = cached(t))) {
+      result.trials.push_back(t);  // not measured: t.note says why
+      return t;
+    }
+    configure_threads(c.run.threads, c.data.workers, bench.device.is_cpu());
+    auto loader = make_loader(c, dataset, bench.device, "train");
+    const RungResult r = doctor::measure_rung("full", *bench.trainer, *loader, options.warmup, options.steps);
+    t.samples_per_s = r.samples_per_s;
+    t.wait_share = r.wait_share;
+    result.trials.push_back(t);
+    logger().info("doctor --tune: workers {}, prefetch_factor {}, device_prefetch {}, cache {}: {:.1f} samples/s",
+                  t.workers, t.prefetch_factor, t.device_prefetch, data_cache_name(t.cache), t.samples_per_s);
+    if (t.samples_per_s > kBetter * result.best.samples_per_s) result.best = t;
+    return t;
+  }
+
+  // The samples the trial's timed steps read, cached at `t.cache`'s level; null (with t.note saying
+  // why) when a cache of the whole split would not fit the memory budget.
+  std::shared_ptr<data::Dataset> cached(TuneTrial& t) {
+    const auto budget = static_cast<double>(
+        options.memory_budget_bytes > 0 ? options.memory_budget_bytes : doctor::available_memory_bytes() / 2);
+    data::CacheOptions o;
+    o.set_level(data::cache_level_of(t.cache))
+        .set_max_samples((options.warmup + options.steps + 1) * config.data.batch_size)
+        .set_fill_threads(std::max(1u, std::thread::hardware_concurrency()));
+    o.max_image_pixels = config.data.max_image_pixels;
+    auto cache = std::make_shared<data::CachedDataset>(bench.dataset, o);
+    const double whole = cache->estimated_full_bytes();
+    if (whole > budget) {
+      t.measured = false;
+      t.note = fmt::format("not tried: the whole split would take {:.2f} GB, over the budget of {:.2f} GB", whole / 1e9,
+                           budget / 1e9);
+      logger().info("doctor --tune: data.cache {} {}", data_cache_name(t.cache), t.note);
+      return nullptr;
+    }
+    t.note = fmt::format("the whole split: {:.2f} GB in memory", whole / 1e9);
+    return cache;
+  }
+  // Tries `t` unless it was tried or the search is over; returns whether it ran.
+  bool attempt(const TuneTrial& t) {
+    if (tried(t) || out_of_time() || at_ceiling()) return false;
+    run(t);
+    return true;
+  }
+};
+
+int64_t max_workers(const TuneOptions& o) {
+  if (o.max_workers > 0) return o.max_workers;
+  return std::min<int64_t>(32, 2 * std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Workers: doubling from 1 while it pays, then halfway between the best and its neighbours.
+void search_workers(Tuner& t) {
+  const int64_t most = max_workers(t.options);
+  int64_t previous_best = -1;
+  for (int64_t w = 1; w <= most && !t.out_of_time() && !t.at_ceiling(); w *= 2) {
+    TuneTrial trial = t.result.best;
+    trial.workers = w;
+    t.attempt(trial);
+    // Past the peak: the last doubling did not improve on the best.
+    if (t.result.best.workers == previous_best && w > t.result.best.workers) break;
+    previous_best = t.result.best.workers;
+  }
+  const int64_t best = t.result.best.workers;
+  for (int64_t w : {best + std::max<int64_t>(1, best / 2), best - std::max<int64_t>(1, best / 4)}) {
+    if (w < 0 || w > most) continue;
+    TuneTrial trial = t.result.best;
+    trial.workers = w;
+    t.attempt(trial);
+  }
+}
+
+void search_prefetch(Tuner& t) {
+  if (t.result.best.workers > 0) {
+    for (int64_t f : {4, 1}) {
+      TuneTrial trial = t.result.best;
+      trial.prefetch_factor = f;
+      t.attempt(trial);
+    }
+  }
+  if (!t.bench.device.is_cuda()) return;
+  for (int64_t d : {4, 1}) {
+    TuneTrial trial = t.result.best;
+    trial.device_prefetch = d;
+    t.attempt(trial);
+  }
+}
+
+// data.cache, when the loader settings leave the step waiting: raw (reads gone), then decoded (decoding
+// gone too), each with the best loader settings so far.
+void search_cache(Tuner& t) {
+  if (t.config.data.cache != data::DataCache::kNone) return;
+  for (data::DataCache level : {data::DataCache::kRaw, data::DataCache::kDecoded}) {
+    TuneTrial trial = t.result.best;
+    trial.cache = level;
+    trial.note.clear();
+    t.attempt(trial);
+  }
+}
+
+}  // namespace
+
+TuneResult tune(const Config& config, const TuneOptions& options) {
+  STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
+  Tuner t(config, options);
+  auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
+  t.result.ceiling_samples_per_s =
+      doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, options.warmup, options.steps)
+          .samples_per_s;
+  on_device.reset();
+  TuneTrial start;
+  start.workers = t.config.data.workers;
+  start.prefetch_factor = t.config.data.prefetch_factor;
+  start.device_prefetch = t.config.data.device_prefetch;
+  start.cache = t.config.data.cache;
+  t.result.best = start;  // samples_per_s 0: the start's measurement replaces it
+  t.result.start = t.run(start);
+  search_workers(t);
+  search_prefetch(t);
+  search_cache(t);
+  t.result.seconds = since(t.start);
+  t.result.reached_ceiling = t.at_ceiling();
+  return t.result;
+}
+
+std::string TuneResult::set_line() const {
+  std::string line = fmt::format("--set data.workers={} --set data.prefetch_factor={} --set data.device_prefetch={}",
+                                 best.workers, best.prefetch_factor, best.device_prefetch);
+  if (best.cache != start.cache) line += fmt::format(" --set data.cache={}", data_cache_name(best.cache));
+  return line;
+}
+
+std::string TuneResult::yaml() const {
+  std::string yaml = fmt::format("data:\n  workers: {}\n  prefetch_factor: {}\n  device_prefetch: {}\n", best.workers,
+                                 best.prefetch_factor, best.device_prefetch);
+  if (best.cache != start.cache) yaml += fmt::format("  cache: {}\n", data_cache_name(best.cache));
+  return yaml;
+}
+
+std::string format_tune(const TuneResult& r) {
+  std::string out = fmt::format("tune: {} trials in {:.1f} s; ceiling (device-cached) {:.1f} samples/s\n",
+                                r.trials.size(), r.seconds, r.ceiling_samples_per_s);
+  out += fmt::format("{:>8} {:>9} {:>9} {:>8} {:>10} {:>6} {:>6}\n", "workers", "prefetch", "dev_pref", "cache",
+                     "samples/s", "ratio", "wait");
+  for (const TuneTrial& t : r.trials) {
+    const char* cache = data_cache_name(t.cache);
+    if (!t.measured) {
+      out += fmt::format("{:>8} {:>9} {:>9} {:>8}  {}\n", t.workers, t.prefetch_factor, t.device_prefetch, cache, t.note);
+      continue;
+    }
+    out += fmt::format("{:>8} {:>9} {:>9} {:>8} {:>10.1f} {:>6.2f} {:>5.0f}%{}\n", t.workers, t.prefetch_factor,
+                       t.device_prefetch, cache, t.samples_per_s, t.samples_per_s / r.ceiling_samples_per_s,
+                       100 * t.wait_share, t.note.empty() ? "" : "  (" + t.note + ")");
+  }
+  out += fmt::format("best: {:.1f} samples/s ({:.2f}x the starting settings, {:.2f} of the ceiling{})\n",
+                     r.best.samples_per_s, r.best.samples_per_s / std::max(1e-9, r.start.samples_per_s),
+                     r.best.samples_per_s / r.ceiling_samples_per_s,
+                     r.reached_ceiling ? "; stopped within 2% of it" : "");
+  out += "as flags: " + r.set_line() + "\nas YAML:\n" + r.yaml();
+  return out;
+}
+
+// ---- the batch-size sweep ------------------------------------------------------------------------------
+
+namespace {
+
+// Peak memory since the last reset: the caching allocator's reserved bytes on CUDA, the resident set
+// (VmHWM, reset through /proc/self/clear_refs) on the CPU.
+void reset_peak_memory(torch::Device device) {
+#ifdef STOKER_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    return;
+  }
+#endif
+  (void)device;
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+double peak_memory_bytes(torch::Device device) {
+#ifdef STOKER_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(stats.reserved_bytes[0].peak);
+  }
+#endif
+  (void)device;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      double kb = 0;
+      status >> kb;
+      return kb * 1024.0;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+         std::string(e.what()).find("out of memory") != std::string::npos;
+}
+
+// Trains device-cached steps at one batch size with a fresh model.
+BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset, torch::Device device,
+                     const BatchSweepOptions& o, int64_t batch) {
+  Config c = base;
+  c.data.batch_size = batch;
+  BatchTrial trial;
+  trial.batch_size = batch;
+  trial.lr = effective_lr(base) * static_cast<double>(batch) / static_cast<double>(base.data.batch_size);
+  reset_peak_memory(device);
+  auto loader = make_loader(c, std::move(dataset), device, "train");
+  auto cached = doctor::device_cached_source(*loader, 2);
+  auto trainer = make_trainer(c, make_model(c, loader->channels()), loader, loader, device);
+  const RungResult r = doctor::measure_rung("device-cached", *trainer, *cached, o.warmup, o.steps);
+  trial.samples_per_s = r.samples_per_s;
+  trial.peak_bytes = peak_memory_bytes(device);
+  return trial;
+}
+
+}  // namespace
+
+BatchSweepResult batch_sweep(const Config& recipe, const BatchSweepOptions& o) {
+  STOKER_CHECK(o.min_batch > 0 && o.max_batch >= o.min_batch, "doctor --batch needs 0 < min_batch <= max_batch");
+  const torch::Device device = resolve_device(recipe.run.device);
+  configure_threads(recipe.run.threads, 0, device.is_cpu());
+  auto dataset = make_dataset(recipe, "train");
+  Config config = recipe;
+  const PrecisionDecision precision = choose_precision(recipe, device, input_shape(recipe, dataset));
+  precision.log();
+  config.train.precision = precision.precision;
+  const double budget = o.memory_budget_bytes > 0 ? static_cast<double>(o.memory_budget_bytes)
+                                                  : doctor::available_memory_bytes() / 2;
+  BatchSweepResult result;
+  const auto start = clock_type::now();
+  for (int64_t batch = o.min_batch; batch <= o.max_batch; batch *= 2) {
+    if (batch * 2 > dataset->size()) {
+      result.stopped_because = fmt::format("the training split has {} samples, too few for batch {} twice",
+                                           dataset->size(), batch);
+      break;
+    }
+    BatchTrial trial;
+    try {
+      trial = try_batch(config, dataset, device, o, batch);
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      trial.batch_size = batch;
+      trial.fits = false;
+      trial.note = "out of device memory";
+#ifdef STOKER_WITH_CUDA
+      c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    }
+    if (trial.fits && device.is_cpu() && trial.peak_bytes > budget) {
+      trial.fits = false;
+      trial.note = fmt::format("peak memory {:.1f} GB is over the budget of {:.1f} GB", trial.peak_bytes / 1e9, budget / 1e9);
+    }
+    result.trials.push_back(trial);
+    logger().info("doctor --batch: batch {}: {}", batch,
+                  trial.fits ? fmt::format("{:.1f} samples/s", trial.samples_per_s) : trial.note);
+    if (!trial.fits) {
+      result.stopped_because = fmt::format("batch {} does not fit: {}", batch, trial.note);
+      break;
+    }
+    if (since(start) >= o.budget_seconds) {
+      result.stopped_because = fmt::format("the time budget of {:.0f} s is spent", o.budget_seconds);
+      break;
+    }
+  }
+  if (result.stopped_because.empty()) result.stopped_because = fmt::format("reached --max-batch {}", o.max_batch);
+  double best = 0;
+  for (const BatchTrial& t : result.trials) {
+    if (t.fits && t.samples_per_s > best) {
+      best = t.samples_per_s;
+      result.best_batch = t.batch_size;
+    }
+  }
+  return result;
+}
+
+std::string format_batch_sweep(const Config& config, const BatchSweepResult& r) {
+  std::string out = fmt::format("batch sweep (device-cached steps; learning rate by the linear scaling rule from "
+                                "{} at batch {}):\n",
+                                effective_lr(config), config.data.batch_size);
+  out += fmt::format("{:>7} {:>10} {:>12} {:>10}  {}\n", "batch", "samples/s", "peak memory", "lr", "");
+  for (const BatchTrial& t : r.trials) {
+    out += fmt::format("{:>7} {:>10} {:>9.1f} MB {:>10.4g}  {}\n", t.batch_size,
+                       t.fits ? fmt::format("{:.1f}", t.samples_per_s) : "-", t.peak_bytes / 1e6, t.lr,
+                       t.fits ? (t.batch_size == r.best_batch ? "<- fastest" : "") : t.note);
+  }
+  out += fmt::format("stopped: {}\n", r.stopped_because);
+  if (r.best_batch > 0) {
+    const double lr = effective_lr(config) * static_cast<double>(r.best_batch) / static_cast<double>(config.data.batch_size);
+    out += fmt::format("fastest: --set data.batch_size={} --set optimizer.lr={:.4g} (check accuracy: larger batches "
+                       "may need warm-up and more epochs)\n",
+                       r.best_batch, lr);
+  }
+  return out;
+}
+
+}  // namespace stoker

@@ -1,0 +1,400 @@
+#include "recipe/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "data/dataset.h"
+#include "data/transform_options.h"
+#include "models/registry.h"
+#include "optim/schedule.h"
+#include "recipe/yaml_options.h"
+#include "trainer/evaluate.h"
+
+namespace stoker {
+namespace {
+
+using namespace rules;
+
+// An enum read and written as one of its names.
+template <typename V, typename E>
+void choice(V& v, const char* key, E& value, const std::vector<std::pair<std::string, E>>& names) {
+  std::vector<std::string> all;
+  std::string text;
+  for (const auto& [name, e] : names) {
+    all.push_back(name);
+    if (e == value) text = name;
+  }
+  v.field(key, text, one_of(all));
+  for (const auto& [name, e] : names) {
+    if (name == text) value = e;
+  }
+}
+
+// ---- the mapping, in one place ------------------------------------------------------------------
+// One function per section; `v` is the YAML reader or writer (trainer/yaml_options.h).
+
+template <typename V>
+void visit_run(Config& c, V& v) {
+  v.field("name", c.run.name, matching("[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' or '-'"));
+  v.field("dir", c.run.dir, non_empty());
+  v.field("seed", c.run.seed, non_negative());
+  v.field("device", c.run.device, matching("auto|cpu|cuda|cuda:[0-9]+", "auto, cpu, cuda or cuda:N"));
+  v.field("threads", c.run.threads, at_least(0));
+  v.field("distributed", c.run.distributed, one_of({"auto", "off"}));
+}
+
+template <typename V>
+void visit_data(Config& c, V& v) {
+  static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
+  static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
+  v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
+  v.field("root", c.data.root, described("a folder path"));
+  v.field("num_classes", c.data.num_classes, at_least(2));
+  v.field("batch_size", c.data.batch_size, at_least(1));
+  v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
+  v.field("shuffle", c.data.shuffle);
+  v.field("drop_last", c.data.drop_last);
+  v.field("workers", c.data.workers, at_least(0));
+  v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
+  v.field("device_prefetch", c.data.device_prefetch, at_least(1));
+  v.field("pin_memory", c.data.pin_memory);
+  v.field("max_image_pixels", c.data.max_image_pixels, at_least(1));
+  choice(v, "cache", c.data.cache,
+         {{"none", data::DataCache::kNone}, {"raw", data::DataCache::kRaw}, {"decoded", data::DataCache::kDecoded}});
+  choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
+  v.typed_list("train_transforms", c.data.train_transforms, transforms);
+  v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
+  v.field("mean", c.data.mean, items(any_number(), 1));
+  v.field("std", c.data.std, items(positive(), 1));
+  v.field("train_limit", c.data.train_limit, at_least(0));
+  v.field("test_limit", c.data.test_limit, at_least(0));
+  v.field("shard_rank", c.data.shard_rank, at_least(0));
+  v.field("shard_count", c.data.shard_count, at_least(1));
+}
+
+template <typename V>
+void visit_model(Config& c, V& v) {
+  static const TypeCatalog models = catalog_of(models::model_registry(), "model");
+  v.typed(c.model, models, TypedLayout::kBeside);
+}
+
+template <typename V>
+void visit_optimizer(Config& c, V& v) {
+  static const TypeCatalog optimizers = catalog_of(optimizer_registry(), "optimizer");
+  v.typed(c.optimizer.algorithm, optimizers, TypedLayout::kBeside);
+  v.field("lr", c.optimizer.lr, positive());
+  v.field("weight_decay", c.optimizer.weight_decay, non_negative());
+  v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
+  v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
+  v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
+}
+
+template <typename V>
+void visit_schedule(Config& c, V& v) {
+  static const TypeCatalog schedules = catalog_of(schedule_registry(), "schedule");
+  v.typed(c.schedule.curve, schedules, TypedLayout::kBeside);
+  v.field("warmup_epochs", c.schedule.warmup_epochs, non_negative());
+}
+
+template <typename V>
+void visit_train(Config& c, V& v) {
+  v.field("epochs", c.train.epochs, at_least(1));
+  choice(v, "precision", c.train.precision, precision_names());
+  v.section("loss_scale", [&] {
+    v.field("init_scale", c.train.loss_scale.init_scale, positive());
+    v.field("growth_factor", c.train.loss_scale.growth_factor, number("a number > 1", 1, INFINITY, true));
+    v.field("backoff_factor", c.train.loss_scale.backoff_factor, number("a number in (0, 1)", 0, 1, true, true));
+    v.field("growth_interval", c.train.loss_scale.growth_interval, at_least(1));
+  });
+  v.field("accumulate_steps", c.train.accumulate_steps, at_least(1));
+  v.field("effective_batch_size", c.train.effective_batch_size, at_least(0));
+  v.field("strict_sizes", c.train.strict_sizes);
+  v.field("cuda_graph", c.train.cuda_graph);
+  v.field("cudnn_benchmark", c.train.cudnn_benchmark);
+  v.field("label_smoothing", c.train.label_smoothing, unit_open());
+  v.field("grad_clip_norm", c.train.grad_clip_norm, non_negative());
+  v.field("channels_last", c.train.channels_last);
+  v.field("log_every_steps", c.train.log_every_steps, at_least(1));
+  v.field("ema_decay", c.train.ema_decay, unit_open());
+  v.field("ema_warmup", c.train.ema_warmup);
+  v.section("trace", [&] {
+    v.field("start_step", c.train.trace.start_step, at_least(0));
+    v.field("steps", c.train.trace.steps, at_least(0));
+  });
+  choice(v, "on_nonfinite", c.train.on_nonfinite, {{"stop", OnNonfinite::kStop}, {"skip", OnNonfinite::kSkip}});
+  v.field("max_nonfinite_skips", c.train.max_nonfinite_skips, at_least(1));
+  v.section("early_stopping", [&] {
+    v.field("metric", c.train.early_stopping.metric, one_of(epoch_metric_names()));
+    v.field("patience", c.train.early_stopping.patience, at_least(0));
+    v.field("min_delta", c.train.early_stopping.min_delta, non_negative());
+  });
+}
+
+template <typename V>
+void visit_checkpoint(Config& c, V& v) {
+  v.field("save_last", c.checkpoint.save_last);
+  v.field("save_best", c.checkpoint.save_best);
+  v.field("best_metric", c.checkpoint.best_metric, one_of(epoch_metric_names()));
+  v.field("every_steps", c.checkpoint.every_steps, at_least(0));
+}
+
+template <typename V>
+void visit_logging(Config& c, V& v) {
+  v.field("tensorboard", c.logging.tensorboard);
+  v.field("telemetry", c.logging.telemetry);
+  v.field("telemetry_interval_s", c.logging.telemetry_interval_s, positive());
+  v.field("flops", c.logging.flops);
+}
+
+// Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
+template <typename V>
+void visit_config(Config& c, V& v) {
+  v.section("run", [&] { visit_run(c, v); });
+  v.section("data", [&] { visit_data(c, v); });
+  v.section("model", [&] { visit_model(c, v); });
+  v.section("optimizer", [&] { visit_optimizer(c, v); });
+  v.section("schedule", [&] { visit_schedule(c, v); });
+  v.section("train", [&] { visit_train(c, v); });
+  v.section("checkpoint", [&] { visit_checkpoint(c, v); });
+  v.section("logging", [&] { visit_logging(c, v); });
+}
+
+// ---- cross-field checks -------------------------------------------------------------------------
+
+// Each throws stoker::Error with the message `fail` is given (prefixed with the file).
+using Fail = std::function<void(const std::string&)>;
+
+void check_data_and_model(const Config& c, const Fail& fail) {
+  if (c.data.mean.size() != c.data.std.size()) {
+    fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
+                     c.data.mean.size(), c.data.std.size()));
+  }
+  if (c.data.shard_rank >= c.data.shard_count) {
+    fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
+                     c.data.shard_count));
+  }
+}
+
+void check_batching(const Config& c, const Fail& fail) {
+  if (c.train.effective_batch_size > 0) {
+    const int64_t per_step = c.data.batch_size * c.data.shard_count;
+    if (c.train.effective_batch_size % per_step != 0) {
+      fail(fmt::format("train.effective_batch_size ({}) must be a multiple of data.batch_size x "
+                       "data.shard_count ({} x {} = {}); use {} or {}",
+                       c.train.effective_batch_size, c.data.batch_size, c.data.shard_count, per_step,
+                       std::max(per_step, c.train.effective_batch_size / per_step * per_step),
+                       (c.train.effective_batch_size / per_step + 1) * per_step));
+    }
+    const int64_t derived = c.train.effective_batch_size / per_step;
+    if (c.train.accumulate_steps != 1 && c.train.accumulate_steps != derived) {
+      fail(fmt::format("train.accumulate_steps ({}) disagrees with train.effective_batch_size ({} = {} "
+                       "accumulated batches of {}); set only one of them",
+                       c.train.accumulate_steps, c.train.effective_batch_size, derived, per_step));
+    }
+  }
+}
+
+// The step schedule's milestones against the run's length (StepKeys checks them on their own).
+void check_milestones(const Config& c, const Fail& fail) {
+  if (c.schedule.curve.type() != "step") return;
+  const auto& milestones = c.schedule.curve.as<StepKeys>().milestones;
+  for (size_t i = 0; i < milestones.size(); ++i) {
+    if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
+      fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
+                       "schedule.warmup_epochs ({}) and below train.epochs ({})",
+                       i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
+    }
+  }
+}
+
+void check_schedule_and_metrics(const Config& c, const Fail& fail) {
+  if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
+    fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
+                     c.schedule.warmup_epochs, c.train.epochs));
+  }
+  check_milestones(c, fail);
+  const std::string& type = c.schedule.curve.type();
+  if (schedule_registry().get(type).own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", type,
+                     type == "one_cycle" ? " (schedule.pct_start)" : ""));
+  }
+  auto check_ema_metric = [&](const char* key, const std::string& metric) {
+    if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {
+      fail(fmt::format("{} is {}, but there is no EMA of the weights; set train.ema_decay (e.g. "
+                       "0.9998) or pick a test_* metric",
+                       key, metric));
+    }
+  };
+  check_ema_metric("checkpoint.best_metric", c.checkpoint.best_metric);
+  check_ema_metric("train.early_stopping.metric", c.train.early_stopping.metric);
+}
+
+void check_consistency(const Config& c, const std::string& source) {
+  const Fail fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
+  check_data_and_model(c, fail);
+  check_batching(c, fail);
+  check_schedule_and_metrics(c, fail);
+}
+
+// Applies "a.b=c" overrides onto the YAML tree; returns the overridden key paths.
+std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
+  std::set<std::string> paths;
+  for (const auto& text : overrides) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(fmt::format("--set {}: expected key.path=value, e.g. --set optimizer.lr=0.05", text));
+    }
+    const std::string path = text.substr(0, eq);
+    const std::string value = text.substr(eq + 1);
+    std::vector<std::string> parts;
+    std::stringstream ss(path);
+    for (std::string part; std::getline(ss, part, '.');) {
+      if (part.empty()) throw Error(fmt::format("--set {}: empty key in path '{}'", text, path));
+      parts.push_back(part);
+    }
+    if (parts.size() < 2) {
+      throw Error(fmt::format("--set {}: expected section.key=value (e.g. train.epochs=3)", text));
+    }
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      throw Error(fmt::format("--set {}: the value is not valid YAML ({})", text, e.msg));
+    }
+    if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw Error(fmt::format("--set {}: the config is not a mapping", text));
+    // Walk (and make) the sections down to the key's parent.
+    // (yaml-cpp's Node::operator= writes through to the node referred to; reset() rebinds.)
+    YAML::Node node = root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!node[parts[i]].IsDefined() || node[parts[i]].IsNull()) {
+        node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      }
+      YAML::Node child = node[parts[i]];
+      if (!child.IsMap()) {
+        throw Error(fmt::format("--set {}: '{}' is not a section of keys", text, parts[i]));
+      }
+      node.reset(child);
+    }
+    node[parts.back()] = parsed;
+    paths.insert(path);
+  }
+  return paths;
+}
+
+}  // namespace
+
+int64_t accumulate_steps_of(const Config& c) {
+  if (c.train.effective_batch_size > 0) {
+    return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * c.data.shard_count));
+  }
+  return c.train.accumulate_steps;
+}
+
+int64_t global_batch_size(const Config& config) {
+  return config.data.batch_size * config.data.shard_count * accumulate_steps_of(config);
+}
+
+double effective_lr(const Config& config) {
+  const int64_t reference = config.optimizer.lr_reference_batch;
+  if (reference <= 0) return config.optimizer.lr;
+  return config.optimizer.lr * static_cast<double>(global_batch_size(config)) / static_cast<double>(reference);
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}: invalid YAML at line {}, column {}: {}", source, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
+  }
+  const auto overridden = apply_overrides(root, overrides);
+  Config config;
+  YamlReader reader(root, source, overridden);
+  visit_config(config, reader);
+  reader.check_top_level();
+  check_consistency(config, source);
+  return config;
+}
+
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(fmt::format("{}: cannot read the config file ({}); check the path given to --config",
+                            path.string(),
+                            std::filesystem::exists(path) ? "permission denied" : "no such file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path.string(), overrides);
+}
+
+namespace {
+
+// Every key of a resolved config's YAML with its value on one line, in order; a list is one value.
+void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (node.IsMap()) {
+    for (const auto& item : node) {
+      const std::string key = item.first.as<std::string>();
+      flatten(item.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out.emplace_back(prefix, e.c_str());
+}
+
+bool breaks_exactness(const std::string& key) {
+  static const std::set<std::string> loader_only = {"data.workers", "data.prefetch_factor", "data.device_prefetch",
+                                                    "data.pin_memory"};
+  static const std::set<std::string> exact = {"optimizer.type", "train.epochs", "train.accumulate_steps",
+                                              "train.effective_batch_size", "train.precision", "run.seed"};
+  auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };
+  if (under("data.")) return loader_only.count(key) == 0;
+  return under("model.") || under("schedule.") || exact.count(key) > 0;
+}
+
+}  // namespace
+
+std::vector<ConfigDifference> config_differences(const Config& before, const Config& after) {
+  std::vector<std::pair<std::string, std::string>> a, b;
+  flatten(YAML::Load(config_to_yaml(before)), "", a);
+  flatten(YAML::Load(config_to_yaml(after)), "", b);
+  const std::map<std::string, std::string> a_by_key(a.begin(), a.end()), b_by_key(b.begin(), b.end());
+  std::vector<ConfigDifference> out;
+  auto add = [&](const std::string& key, const std::string& was, const std::string& is) {
+    if (was != is) out.push_back({key, was, is, breaks_exactness(key)});
+  };
+  for (const auto& [key, value] : a) {
+    const auto it = b_by_key.find(key);
+    add(key, value, it == b_by_key.end() ? "(absent)" : it->second);
+  }
+  for (const auto& [key, value] : b) {
+    if (a_by_key.count(key) == 0) add(key, "(absent)", value);
+  }
+  return out;
+}
+
+std::string config_to_yaml(const Config& config) {
+  Config copy = config;  // the visitors take every value by reference
+  YamlWriter writer;
+  visit_config(copy, writer);
+  return writer.str();
+}
+
+}  // namespace stoker

@@ -1,0 +1,96 @@
+#include "recipe/loaders.h"
+
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "data/cache.h"
+#include "data/pipeline.h"
+
+namespace stoker {
+
+namespace {
+// The split's samples read (and decoded) once into memory, as data.cache asks.
+std::shared_ptr<data::Dataset> cached(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                      const std::string& split) {
+  data::CacheOptions o;
+  o.set_level(data::cache_level_of(config.data.cache));
+  o.set_fill_threads(std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  o.max_image_pixels = config.data.max_image_pixels;
+  std::shared_ptr<data::CachedDataset> cache;
+  try {
+    cache = std::make_shared<data::CachedDataset>(std::move(dataset), o);
+  } catch (const Error& e) {
+    throw Error(fmt::format("data.cache: {}: every sample of the {} split must load to be cached; remove it, or "
+                            "set data.cache: none to skip bad samples instead",
+                            e.what(), split));
+  }
+  logger().info("data.cache: {} {} samples of the {} split in memory ({:.1f} MB, {:.1f} s to fill)",
+                data::cache_level_name(cache->level()), cache->size(), split,
+                static_cast<double>(cache->bytes()) / 1e6, cache->fill_seconds());
+  return cache;
+}
+}  // namespace
+
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
+  const DataOptions& d = config.data;
+  const data::DatasetOptions o = data::dataset_options(d, split, config.run.seed);
+  std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
+  if (d.cache != data::DataCache::kNone) dataset = cached(config, std::move(dataset), split);
+  STOKER_CHECK(dataset->num_classes() == d.num_classes,
+               "the {} data has {} classes but data.num_classes is {}; make them agree", split,
+               dataset->num_classes(), d.num_classes);
+  return dataset;
+}
+
+std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                          torch::Device device, const std::string& split, bool output_uint8) {
+  data::LoaderContext context;
+  context.seed = config.run.seed;
+  context.device = device;
+  context.channels_last = config.train.channels_last;
+  // Mixed and bf16-true precision get their inputs in the compute dtype straight from the loader
+  // (half the bytes; autocast would round them to it anyway at the first layer).
+  const Precision precision = config.train.precision;
+  if (is_mixed(precision) || precision == Precision::kBf16True) {
+    context.input_dtype = is_mixed(precision) ? autocast_dtype(precision) : parameter_dtype(precision);
+  }
+  context.output_uint8 = output_uint8;
+  context.warn = [](const std::string& message) { logger().warn("{}", message); };
+  const data::LoaderOptions l = data::loader_options(config.data, split, context);
+  return std::make_shared<data::Loader>(std::move(dataset), l);
+}
+
+std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
+                                          const std::string& split, bool output_uint8) {
+  return make_loader(config, make_dataset(config, split), device, split, output_uint8);
+}
+
+data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train) {
+  data::LoaderContext context;
+  context.warn = [](const std::string& message) { logger().warn("{}", message); };
+  const data::SamplePipeline pipeline(std::move(train), data::loader_options(config.data, "train", context).pipeline());
+  return {pipeline.channels(), pipeline.out_height(), pipeline.out_width()};
+}
+
+Loaders make_loaders(const Config& config, torch::Device device) {
+  return make_loaders(config, device, make_dataset(config, "train"));
+}
+
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train) {
+  Loaders loaders;
+  loaders.train = make_loader(config, std::move(train), device, "train");
+  loaders.test = make_loader(config, device, "test");
+  STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
+                   loaders.train->out_width() == loaders.test->out_width(),
+               "training batches are {}x{} but evaluation batches are {}x{}; make data.train_transforms "
+               "and data.eval_transforms end at the same size",
+               loaders.train->out_height(), loaders.train->out_width(), loaders.test->out_height(),
+               loaders.test->out_width());
+  loaders.in_channels = loaders.train->channels();
+  return loaders;
+}
+
+}  // namespace stoker

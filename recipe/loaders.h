@@ -1,0 +1,40 @@
+// The configured data as the run loads it: each split's data set (data.type and its keys, cached as
+// data.cache asks) and its Loader (data/loader.h) with the split's batch size, order and transforms,
+// on the run's device and in its input dtype.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+#include "data/loader.h"
+#include "recipe/config.h"
+
+namespace stoker {
+
+// One split ("train" or "test") of the configured data set (data.type and its keys, data.root, the
+// split's limit), checked against data.num_classes.
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split);
+// The loader of one split over `dataset` (which may wrap make_dataset's, e.g. in a cache): the
+// split's batch size, shuffling and transforms, and the rest of data.*.
+// `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).
+std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
+                                          torch::Device device, const std::string& split,
+                                          bool output_uint8 = false);
+// The same over make_dataset(config, split).
+std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
+                                          const std::string& split, bool output_uint8 = false);
+// The training and test loaders of the configured data set.
+struct Loaders {
+  std::shared_ptr<data::Loader> train, test;
+  int64_t in_channels = 1;
+};
+Loaders make_loaders(const Config& config, torch::Device device);
+// The same with the training split already made (make_dataset).
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train);
+// The shape the training loader's batches will have (channels, height, width; height and width 0
+// when the transforms do not end at one size), without building the loader.
+data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train);
+
+}  // namespace stoker

@@ -1,0 +1,356 @@
+#include "recipe/run.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "data/cache.h"
+#include "data/dataset.h"
+#include "models/registry.h"
+#include "trainer/callbacks.h"
+#include "trainer/checkpoint.h"
+#include "recipe/join.h"
+#include "optim/schedule.h"
+#include "recipe/factory.h"
+#include "common/log.h"
+#include "trainer/precision_choice.h"
+#include "observe/environment.h"
+#include "recipe/run_logging.h"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+fs::path create_run_dir(const RunOptions& run) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  const fs::path parent = fs::path(run.dir) / run.name;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  STOKER_CHECK(!ec, "cannot create the run directory {}: {}; set run.dir to a writable folder",
+               parent.string(), ec.message());
+  fs::path dir = parent / stamp;
+  for (int i = 2; fs::exists(dir); ++i) dir = parent / fmt::format("{}-{}", stamp, i);
+  fs::create_directory(dir, ec);
+  STOKER_CHECK(!ec, "cannot create the run directory {}: {}; set run.dir to a writable folder",
+               dir.string(), ec.message());
+  STOKER_CHECK(::access(dir.c_str(), W_OK) == 0,
+               "the run directory {} is not writable; set run.dir to a writable folder", dir.string());
+  return dir;
+}
+
+namespace {
+
+// One line on the learning-rate schedule, for the log.
+std::string describe_schedule(const Config& config) {
+  const ScheduleOptions& s = config.schedule;
+  const std::string& type = s.curve.type();
+  const std::string warmup =
+      s.warmup_epochs > 0 ? fmt::format("{:g} warm-up epoch(s), then ", s.warmup_epochs) : "";
+  if (type == "cosine") {
+    return fmt::format("{}cosine down to {:g} x lr", warmup, s.curve.as<CosineKeys>().final_lr_ratio);
+  }
+  if (type == "step") {
+    const auto& k = s.curve.as<StepKeys>();
+    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, k.gamma, fmt::join(k.milestones, ", "));
+  }
+  if (type == "one_cycle") {
+    const auto& k = s.curve.as<OneCycleKeys>();
+    return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}",
+                       k.div_factor, k.pct_start, k.div_factor * k.final_div_factor);
+  }
+  return warmup + type;
+}
+
+// The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.
+fs::path run_dir_of(const fs::path& checkpoint) {
+  const fs::path folder = checkpoint.parent_path();
+  return folder.filename() == "checkpoints" ? folder.parent_path() : folder;
+}
+
+// What the run is about to do, for the console and train.log.
+void log_run_start(const Config& config, const TrainingSetup& setup, const fs::path& run_dir) {
+  Trainer& trainer = *setup.trainer;
+  const Loaders& loaders = setup.loaders;
+  const torch::Device device = setup.device;
+  const fs::path& outcome_run_dir = run_dir;
+  size_t params = 0;
+  for (const auto& p : trainer.module().parameters()) params += p.numel();
+  logger().info("run directory: {}", outcome_run_dir.string());
+  logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
+                device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
+                torch::get_num_threads(), config.model.type(), params / 1e6);
+  if (setup.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
+  setup.precision.log();  // names the hardware itself
+  logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
+                "epochs; {} loader worker(s){}",
+                loaders.train->num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
+                loaders.train->out_height(), loaders.train->out_width(), loaders.train->channels(),
+                config.data.dataset.type() == "synthetic" ? std::string("generated samples") : config.data.root,
+                trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
+                loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
+  if (config.optimizer.lr_reference_batch > 0) {
+    logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}",
+                  effective_lr(config), config.optimizer.lr, global_batch_size(config),
+                  config.optimizer.lr_reference_batch);
+  }
+  logger().info("schedule: {}", describe_schedule(config));
+  if (trainer.ema() != nullptr) {
+    logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
+                  config.train.ema_warmup ? " (with warm-up)" : "");
+  }
+
+  logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", trainer.precision_summary(),
+                trainer.accumulate_steps(), config.data.batch_size,
+                trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
+                config.data.shard_count > 1 ? " across all shards" : "");
+
+}
+
+// The checkpoint a run resumes from and the config saved in it (none in checkpoints written without
+// one), read once: the shard check before joining the ranks and the config check after it use both.
+struct ResumeSource {
+  fs::path checkpoint;
+  std::optional<Config> saved;
+};
+
+ResumeSource read_resume_source(const fs::path& run_dir_or_file) {
+  ResumeSource r{resolve_checkpoint(run_dir_or_file), std::nullopt};
+  const std::string yaml = read_checkpoint_config(r.checkpoint);
+  if (!yaml.empty()) r.saved = parse_config(yaml, r.checkpoint.string() + " (its saved config)");
+  return r;
+}
+
+// train.precision: auto on resume continues in the precision the run chose when it started (its saved
+// config holds the choice), whatever this machine would choose now.
+void keep_resumed_precision(Config& config, const ResumeSource& source) {
+  if (config.train.precision != Precision::kAuto || !source.saved) return;
+  config.train.precision = source.saved->train.precision;
+  logger().info("train.precision: auto -> {}, the precision {} trained in", precision_name(config.train.precision),
+                source.checkpoint.string());
+}
+
+// Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
+// that break exactness unless allowed; returns one line per difference for the log.
+std::vector<std::string> check_resume_config(const Config& config, const ResumeSource& source, bool allow) {
+  const fs::path& checkpoint = source.checkpoint;
+  if (!source.saved) {
+    return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
+  }
+  Config saved = *source.saved;
+  saved.data.shard_rank = config.data.shard_rank;  // each rank's own, not a change
+  std::vector<std::string> lines, breaking;
+  for (const ConfigDifference& d : config_differences(saved, config)) {
+    lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
+                                d.breaks_exactness ? " (breaks exactness)" : ""));
+    if (d.breaks_exactness) breaking.push_back(fmt::format("{} ({} -> {})", d.key, d.before, d.after));
+  }
+  if (breaking.empty() || allow) return lines;
+  STOKER_FAIL("cannot resume {} with a different {}: {}; the run could not continue exactly as it started. "
+               "Resume with its saved config (leave out --config and those --set), or pass "
+               "--allow-config-change to change them anyway (e.g. --set train.epochs=N "
+               "--allow-config-change to train a finished run further)",
+               checkpoint.string(), breaking.size() == 1 ? "value of this key" : "value of these keys",
+               fmt::join(breaking, ", "));
+}
+
+// The Trainer's report of the first inf/NaN step, with the checkpoint to continue from.
+TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
+                          const std::optional<CheckpointCallback::SavedCheckpoint>& saved,
+                          const std::optional<fs::path>& resumed_from, int64_t resumed_step) {
+  std::optional<fs::path> good;
+  int64_t good_step = 0;
+  if (saved) {
+    good = saved->path;
+    good_step = saved->step;
+  } else if (resumed_from) {
+    good = resumed_from;
+    good_step = resumed_step;
+  }
+  const std::string policy = e.skips_in_a_row() > 0 ? "" : " (train.on_nonfinite: stop)";
+  const std::string after =
+      good ? fmt::format("no checkpoint was written after it; the last good one is {} (step {})", good->string(),
+                         good_step)
+           : std::string("no checkpoint had been written yet");
+  return TrainingDiverged(fmt::format("training diverged: {}{}; {}", e.what(), policy, after), good, good_step,
+                          config.optimizer.lr / 10);
+}
+
+// Loads the checkpoint resumed from (logging the config changes) and saves the resolved config in
+// the run directory (none: a rank that does not write, see Distributed::writes); returns the step
+// resumed at (0 for a new run).
+int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<fs::path>& resume_from,
+                        const std::vector<std::string>& config_changes, const fs::path& run_dir) {
+  const std::string resolved = config_to_yaml(config);
+  logger().debug("resolved config:\n{}", resolved);
+  if (!resume_from) {
+    if (!run_dir.empty()) write_file_atomically(run_dir / "config.yaml", resolved);
+    return 0;
+  }
+  trainer.load_checkpoint(*resume_from);
+  for (const std::string& line : config_changes) logger().warn("{}", line);
+  logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(), trainer.state().epoch + 1,
+                trainer.state().batch_in_epoch, trainer.state().step);
+  // Keep the first run's config; record the one this part ran with.
+  const fs::path first = run_dir / "config.yaml";
+  const fs::path resumed = run_dir / fmt::format("config.resumed-step{}.yaml", trainer.state().step);
+  if (!run_dir.empty()) write_file_atomically(fs::exists(first) ? resumed : first, resolved);
+  return trainer.state().step;
+}
+
+// Under a launcher: when this rank fails, its error is left for the others (ProcessGroup::
+// report_failure); when a collective fails here for a lost connection, another rank stopped or died
+// first: the error says which and why (ProcessGroup::explain_lost_peer, within seconds).
+template <typename F>
+auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
+  if (!d.group) return f();
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const std::string first = what.substr(0, what.find('\n'));
+    if (!distributed::lost_connection(first)) {
+      d.group->report_failure(first);
+      throw;
+    }
+    const std::string here = first.substr(0, first.find("; another rank has probably"));
+    STOKER_FAIL("rank {} of {}: {}; here, a collective operation failed: {}", d.rank(), d.world_size(),
+                d.group->explain_lost_peer(std::chrono::seconds(3)), here);
+  }
+}
+
+// The run's callbacks: stopping on signals and early stopping on every rank; logging, metrics,
+// checkpoints and the trace where the run directory is written (`run_dir` empty: a rank that does
+// not write). Returns the checkpoint callback (nullptr on such a rank).
+std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Config& config, const fs::path& run_dir,
+                                                      bool live_progress, const data::InputShape& shape,
+                                                      torch::Device device) {
+  trainer.add_callback(std::make_shared<StopOnSignalCallback>());
+  std::shared_ptr<CheckpointCallback> checkpoints;
+  if (!run_dir.empty()) {
+    const Efficiency efficiency = measure_efficiency(config, shape, device);
+    add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
+    trainer.add_callback(checkpoints);
+  }
+  if (config.train.early_stopping.patience > 0) {
+    trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
+  }
+  if (!run_dir.empty()) trainer.add_callback(std::make_shared<TraceCallback>(run_dir / "trace.json", config.train.trace));
+  return checkpoints;
+}
+
+// Where training stands at the end, and the last evaluation (of this call, or of the model as it is
+// when nothing was left to train).
+void record_final_results(Trainer& trainer, TrainOutcome& outcome) {
+  outcome.state = trainer.state();
+  if (!outcome.fit.epochs.empty()) {
+    outcome.final_test = outcome.fit.epochs.back().test;
+    outcome.final_ema_test = outcome.fit.epochs.back().ema_test;
+  } else if (!outcome.fit.interrupted) {
+    outcome.final_test = trainer.evaluate();
+    if (trainer.ema() != nullptr) outcome.final_ema_test = trainer.evaluate_ema();
+  }
+}
+
+// run_training once this process has joined its ranks (or is alone).
+TrainOutcome train_joined(const TrainRequest& request, const std::optional<ResumeSource>& resume, Config& config,
+                          const Distributed& distributed) {
+  const bool writes = distributed.writes();  // only rank 0 writes the run directory
+  // Everything that can be checked is checked before the run directory is made.
+  std::optional<fs::path> resume_from;
+  std::vector<std::string> config_changes;
+  if (resume) {
+    resume_from = resume->checkpoint;
+    keep_resumed_precision(config, *resume);
+    config_changes = check_resume_config(config, *resume, request.allow_config_change);
+  }
+  TrainingSetup setup = make_training(config, distributed);
+  config = setup.config;  // train.precision: auto resolved
+  Trainer& trainer = *setup.trainer;
+
+  TrainOutcome outcome;
+  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : writes ? create_run_dir(config.run) : fs::path();
+  if (writes) {
+    STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
+                 "the run directory {} is not writable", outcome.run_dir.string());
+    attach_log_file(outcome.run_dir / "train.log");
+  }
+
+  const int64_t resumed_step =
+      start_or_resume(trainer, config, resume_from, config_changes, writes ? outcome.run_dir : fs::path());
+  if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
+
+  log_run_start(config, setup, outcome.run_dir);
+  const std::shared_ptr<CheckpointCallback> checkpoints =
+      add_run_callbacks(trainer, config, writes ? outcome.run_dir : fs::path(), request.live_progress,
+                        setup.loaders.train->shape(), setup.device);
+
+  if (trainer.state().epoch >= config.train.epochs) {
+    logger().info("the run already finished {} epoch(s); raise train.epochs to train further "
+                  "(--set train.epochs=N --allow-config-change)",
+                  trainer.state().epoch);
+  }
+  try {
+    outcome.fit = trainer.fit();
+  } catch (const NonfiniteError& e) {
+    const std::optional<CheckpointCallback::SavedCheckpoint> saved =
+        checkpoints ? checkpoints->last_saved() : std::optional<CheckpointCallback::SavedCheckpoint>{};
+    throw diverged(e, config, saved, resume_from, resumed_step);
+  }
+  record_final_results(trainer, outcome);
+  if (!writes && outcome.fit.interrupted) {
+    logger().warn("stopped with the other ranks at step {}; rank 0 saved the checkpoint", trainer.state().step);
+  }
+  return outcome;
+}
+
+// data.shard_rank / shard_count of a run under a launcher are start_distributed's outputs, and its saved
+// config holds them: resumed from that config, they are cleared here (start_distributed sets them again
+// and refuses them otherwise), and the world size they record must be this launch's.
+void take_saved_shards(Config& config, const std::optional<ResumeSource>& resume) {
+  if (!resume || !resume->saved || config.run.distributed == "off") return;
+  const fs::path& checkpoint = resume->checkpoint;
+  const Config& saved = *resume->saved;
+  if (saved.run.distributed == "off") return;  // sharded by hand: checked as any other key
+  if (config.data.shard_count == saved.data.shard_count && config.data.shard_rank == saved.data.shard_rank) {
+    config.data.shard_rank = 0;
+    config.data.shard_count = 1;
+  }
+  const int64_t was = saved.data.shard_count, is = std::max<int64_t>(1, distributed::launch_info_from_environment().world_size);
+  if (was == is) return;
+  const std::string how =
+      was == 1 ? std::string("as one process (no launcher)")
+               : fmt::format("on {} ranks, e.g. python -m torch.distributed.run --nproc-per-node {} --no-python "
+                             "trainer --resume {}",
+                             was, was, run_dir_of(checkpoint).string());
+  STOKER_FAIL("cannot resume {} on {} process(es): it was trained by {} ranks (data.shard_count {} in its saved "
+              "config), and a different world size is not supported (each rank's position in the epoch and "
+              "the global batch depend on it); resume it {}",
+              checkpoint.string(), is, was, was, how);
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& request) {
+  Config config = request.config;
+  const std::optional<ResumeSource> resume =
+      request.resume ? std::optional<ResumeSource>(read_resume_source(*request.resume)) : std::nullopt;
+  take_saved_shards(config, resume);
+  // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
+  const Distributed distributed = start_distributed(config, request.process_group);
+  return naming_peers(distributed, [&] { return train_joined(request, resume, config, distributed); });
+}
+
+}  // namespace stoker

@@ -1,0 +1,47 @@
+#include "recipe/run_logging.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "observe/console.h"
+#include "observe/metrics_file.h"
+#include "observe/telemetry.h"
+#include "observe/tensorboard.h"
+#include "recipe/factory.h"
+#include "trainer/keep_rng.h"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+Efficiency measure_efficiency(const Config& config, const data::InputShape& shape, torch::Device device) {
+  if (!config.logging.flops) return {};
+  const KeepRng keep_rng;  // building the copy draws random numbers
+  torch::nn::AnyModule model = make_model(config, shape.channels);
+  return measure_efficiency(model, shape, device, config.train.precision);
+}
+
+std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config, const fs::path& run_dir,
+                                               bool live_progress, const Efficiency& efficiency,
+                                               torch::Device device) {
+  MetricsOptions options;
+  options.set_log_every_steps(config.train.log_every_steps)
+      .set_flops(efficiency.train_flops_per_sample, efficiency.peak_flops);
+  if (config.logging.telemetry) {
+    TelemetryOptions telemetry;
+    telemetry.interval_s = config.logging.telemetry_interval_s;
+    std::shared_ptr<TelemetrySampler> sampler = start_gpu_telemetry(device, telemetry);
+    if (sampler) options.set_telemetry([sampler] { return sampler->take_mean(); });
+  }
+  auto metrics = std::make_shared<MetricsLogger>(options);
+  metrics->add_sink(std::make_shared<MetricsFileSink>(run_dir / "metrics.jsonl"));
+  metrics->add_sink(std::make_shared<ConsoleSink>(live_progress, config.train.log_every_steps));
+  if (config.logging.tensorboard) {
+    auto tensorboard = std::make_shared<TensorBoardSink>(run_dir / "tb");
+    logger().info("TensorBoard: {} (tensorboard --logdir {})", tensorboard->writer().path().string(), config.run.dir);
+    metrics->add_sink(tensorboard);
+  }
+  trainer.add_callback(metrics);
+  return metrics;
+}
+
+}  // namespace stoker

@@ -1,0 +1,30 @@
+// What a `trainer` run records, wired from its config (README "Watching a run"): the model's
+// FLOPs and the device's peak (observe/efficiency.h), GPU telemetry (observe/telemetry.h) and the
+// MetricsLogger with its sinks (observe/metrics.h): metrics.jsonl, the console, TensorBoard
+// (logging.tensorboard) and MLflow (logging.mlflow).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include <torch/types.h>
+
+#include "observe/efficiency.h"
+#include "observe/metrics.h"
+#include "recipe/config.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+// The configured model's FLOPs per sample of `shape` and the device's peak at the run's precision;
+// zeros with logging.flops off. Leaves the random generators as they were.
+Efficiency measure_efficiency(const Config& config, const data::InputShape& shape, torch::Device device);
+
+// The run's MetricsLogger: metrics.jsonl and the console always, TensorBoard with
+// logging.tensorboard (<run_dir>/tb/), GPU telemetry with logging.telemetry on CUDA. Added to
+// `trainer`; returned so that the caller can add sinks of its own.
+std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config,
+                                               const std::filesystem::path& run_dir, bool live_progress,
+                                               const Efficiency& efficiency, torch::Device device);
+
+}  // namespace stoker

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The layering of Stoker's library, checked on the sources (CTest: layering).
+
+Each folder may include only itself and the folders before it in the dependency order
+
+    common -> kernels -> {data, models, optim} -> distributed -> trainer -> observe -> recipe -> doctor -> apps
+
+(data, models and optim are siblings: none includes another), and no two files may include each
+other in a circle. The build enforces the first as well (each folder's library target compiles
+against a view of the tree holding only the folders it may include); this names the file and line.
+
+    python3 tests/layering_test.py [SOURCE_DIR]      # exit 0: clean; 1: each violation printed
+"""
+import pathlib
+import re
+import sys
+
+ORDER = [["common"], ["kernels"], ["data", "models", "optim"], ["distributed"], ["trainer"], ["observe"],
+         ["recipe"], ["doctor"], ["apps"]]
+RANK = {folder: level for level, folders in enumerate(ORDER) for folder in folders}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')
+
+
+def sources(root):
+    for folder in RANK:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".h", ".hpp", ".cuh", ".cpp", ".cu") and "embed_example" not in path.parts:
+                yield folder, path
+
+
+def check(root):
+    problems, graph = [], {}
+    for folder, path in sources(root):
+        rel = path.relative_to(root).as_posix()
+        graph.setdefault(rel, set())
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m or m.group(1) not in RANK:
+                continue
+            target = m.group(1)
+            allowed = target == folder or RANK[target] < RANK[folder]
+            if not allowed:
+                problems.append(f"{rel}:{number}: {folder}/ includes {target}/ ({m.group(1)}/{m.group(2)}), which "
+                                f"comes {'beside' if RANK[target] == RANK[folder] else 'after'} it in the order "
+                                f"{' -> '.join('{' + ', '.join(f) + '}' if len(f) > 1 else f[0] for f in ORDER)}; "
+                                f"move the code to the lower folder or pass what it needs in")
+            included = f"{m.group(1)}/{m.group(2)}"
+            if (root / included).exists():
+                graph[rel].add(included)
+    # Circles between files: a depth-first search over the include graph. A header and its .cpp count
+    # as one unit, so that a.h -> b.h and b.cpp -> a.h is a circle too; so does a unit's private
+    # header <unit>_detail.h, which only the unit's own .cpp files include.
+    def unit(name):
+        return re.sub(r"(_detail)?\.(h|hpp|cuh|cpp|cu)$", "", name)
+    units = {}
+    for src, targets in graph.items():
+        units.setdefault(unit(src), set()).update(unit(t) for t in targets if unit(t) != unit(src))
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(units.get(node, ())):
+            if state.get(nxt) == 1:
+                circle = stack[stack.index(nxt):] + [nxt]
+                problems.append("include circle: " + " -> ".join(circle))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(units):
+        if node not in state:
+            visit(node)
+    return problems
+
+
+def main():
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
+    problems = check(root)
+    for p in problems:
+        print(p)
+    print(f"layering: {len(problems)} problem(s) in {sum(1 for _ in sources(root))} files")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

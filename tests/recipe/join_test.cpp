@@ -1,0 +1,204 @@
+// Data-parallel training (recipe/join.h, distributed/): the `trainer` program started by hand as
+// two Gloo ranks on 127.0.0.1 against one process with the whole batch; one rank killed, failing,
+// or stopped by a signal. (Under torchrun: distributed_launch_test.cpp.)
+#include "recipe/join.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+
+#include "test_util.h"
+#include "recipe/distributed_procs.h"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+// ---- in process: when start_distributed joins nothing ------------------------------------------------
+
+distributed::LaunchInfo two_ranks() {
+  distributed::LaunchInfo launch;
+  launch.launcher = "torchrun";
+  launch.world_size = 2;
+  launch.rank = 1;
+  return launch;
+}
+
+TEST(Distributed, OffOrAloneJoinsNothing) {
+  Config config;
+  config.run.device = "cpu";
+  EXPECT_EQ(start_distributed(config, distributed::LaunchInfo()).group, nullptr);
+  config.run.distributed = "off";
+  const Distributed off = start_distributed(config, two_ranks());
+  EXPECT_EQ(off.group, nullptr);
+  EXPECT_EQ(off.world_size(), 1);
+  EXPECT_TRUE(off.writes());
+  EXPECT_EQ(config.data.shard_count, 1);
+}
+
+TEST(Distributed, ShardsInTheConfigAreRefusedUnderALauncher) {
+  Config config;
+  config.run.device = "cpu";
+  config.data.shard_count = 2;
+  EXPECT_CONTAINS(testing::error_of([&] { start_distributed(config, two_ranks()); }),
+                  "under a launcher the process group decides each rank's shard");
+}
+
+TEST(Distributed, RunDistributedIsAValidatedKey) {
+  EXPECT_EQ(parse_config("run: {distributed: off}\n", "x.yaml").run.distributed, "off");
+  EXPECT_CONTAINS(testing::error_of([] { parse_config("run: {distributed: yes}\n", "x.yaml"); }),
+                  "run.distributed");
+}
+
+// ---- the trainer program as two ranks -----------------------------------------------------------------
+
+struct Ranks {
+  std::vector<std::string> logs;
+  std::vector<int> exit_codes;
+  fs::path run_root;  // <dir>/<name>
+};
+
+// Trains the recipe as `ranks` processes (1: alone, no launcher variables), each given `sets`.
+Ranks train(const TempDir& dir, const std::string& name, int ranks, const std::vector<std::string>& sets) {
+  Ranks run;
+  run.run_root = dir / "runs" / name;
+  std::vector<std::string> args = {"--config", (dir / "r.yaml").string(), "--set", "run.name=" + name};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    const auto env = ranks > 1 ? testing::launcher_env(r, ranks, port) : std::map<std::string, std::string>();
+    pids.push_back(testing::start_trainer(args, env, dir / fmt::format("{}.rank{}.log", name, r)));
+  }
+  testing::Reaper reaper(pids);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (int r = 0; r < ranks; ++r) {
+    run.exit_codes.push_back(testing::wait_until(pids[r], deadline));
+    run.logs.push_back(testing::read_bytes(dir / fmt::format("{}.rank{}.log", name, r)));
+  }
+  return run;
+}
+
+fs::path last_checkpoint(const fs::path& run_root) {
+  const std::vector<fs::path> runs = testing::run_dirs(run_root);
+  return runs.empty() ? fs::path() : runs.front() / "checkpoints/last.pt";
+}
+
+// Tolerance: 2e-5 absolute after 8 SGD steps (float32 sums in another order differ by ~1e-7/step).
+TEST(DistributedTrainer, TwoGlooRanksWithHalfBatchesMatchOneProcess) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  const Ranks one = train(dir, "one", 1, {});
+  ASSERT_EQ(one.exit_codes[0], 0) << one.logs[0];
+  const Ranks two = train(dir, "two", 2, {"data.batch_size=8"});
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(two.exit_codes[r], 0) << "rank " << r << ":\n" << two.logs[r];
+  const Ranks accumulated = train(dir, "acc", 2, {"data.batch_size=4", "train.accumulate_steps=2"});
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(accumulated.exit_codes[r], 0) << "rank " << r << ":\n" << accumulated.logs[r];
+
+  // Rank 0 alone wrote a run directory; rank 1 logged no info lines once it had joined.
+  ASSERT_EQ(testing::run_dirs(two.run_root).size(), 1u);
+  ASSERT_EQ(testing::run_dirs(accumulated.run_root).size(), 1u);
+  EXPECT_CONTAINS(two.logs[0], "distributed: rank 0 of 2 (torchrun, gloo backend");
+  EXPECT_CONTAINS(two.logs[0], "---- summary ----");
+  EXPECT_EQ(two.logs[1].find("---- summary ----"), std::string::npos) << two.logs[1];
+  EXPECT_EQ(two.logs[1].find("distributed: rank 1"), std::string::npos) << two.logs[1];
+
+  const auto expected = testing::recipe_weights(last_checkpoint(one.run_root));
+  for (const Ranks* run : {&two, &accumulated}) {
+    const double diff = testing::max_difference(expected, testing::recipe_weights(last_checkpoint(run->run_root)));
+    EXPECT_LT(diff, 2e-5) << "the weights differ by " << diff << " in run " << run->run_root.filename();
+    // Sharded evaluation, sums all-reduced: the same numbers over all 40 test samples.
+    EXPECT_EQ(testing::final_test_line(run->logs[0]), testing::final_test_line(one.logs[0]));
+    EXPECT_CONTAINS(testing::final_test_line(run->logs[0]), "(40 samples)");
+  }
+}
+
+// Two ranks started by hand on the recipe with `epochs` epochs; their logs go to <dir>/rank<r>.log.
+std::vector<pid_t> start_pair(const TempDir& dir, const std::string& epochs) {
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(testing::start_trainer({"--config", (dir / "r.yaml").string(), "--set", "train.epochs=" + epochs},
+                                          testing::launcher_env(r, 2, port), dir / fmt::format("rank{}.log", r)));
+  }
+  return pids;
+}
+
+// A rank killed mid-run: the other stops at its next all-reduce, with an error that names the rank
+// that stopped first, well before the process group's 5-minute time-out.
+TEST(DistributedTrainer, KillingOneRankEndsTheOtherWithAClearError) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  const std::vector<pid_t> pids = start_pair(dir, "100000");
+  testing::Reaper reaper(pids);
+  const bool training = testing::wait_for_metrics(dir / "runs/run", std::chrono::seconds(60));
+  ::kill(pids[1], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const int code = testing::wait_until(pids[0], killed + std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string log = testing::read_bytes(dir / "rank0.log");
+  ASSERT_TRUE(training) << log;
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_CONTAINS(log, "error: rank 0 of 2: ");
+  EXPECT_CONTAINS(log, "rank 1 stopped without a word");
+}
+
+// An error on one rank after the ranks joined (here rank 1's data folder is missing): it leaves its
+// error in the rendezvous store, and rank 0's error names rank 1 and says why.
+TEST(DistributedTrainer, AnErrorOnOneRankIsNamedInTheOthersErrors) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  std::string missing = testing::read_bytes(dir / "r.yaml");
+  const size_t at = missing.find("  type: synthetic\n"), line = missing.find("  synthetic: {");
+  ASSERT_TRUE(at != std::string::npos && line != std::string::npos);
+  missing.erase(line, missing.find('\n', line) + 1 - line);
+  missing.replace(at, 18, "  type: image_folder\n  root: " + (dir / "missing").string() + "\n");
+  testing::write_bytes(dir / "r1.yaml", missing);
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(testing::start_trainer({"--config", (dir / (r == 0 ? "r.yaml" : "r1.yaml")).string()},
+                                          testing::launcher_env(r, 2, port), dir / fmt::format("rank{}.log", r)));
+  }
+  testing::Reaper reaper(pids);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const int code1 = testing::wait_until(pids[1], deadline), code0 = testing::wait_until(pids[0], deadline);
+  const std::string log0 = testing::read_bytes(dir / "rank0.log");
+  EXPECT_EQ(code1, 1) << testing::read_bytes(dir / "rank1.log");
+  EXPECT_EQ(code0, 1) << log0;
+  EXPECT_CONTAINS(log0, "error: rank 0 of 2: rank 1 failed first: image folder ");
+  EXPECT_CONTAINS(log0, "missing/train does not exist");
+}
+
+// SIGTERM to one rank only: the ranks agree on the stop at the next step, so both stop at the same
+// step (exit status 130), and rank 0 saves the checkpoint there.
+TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  const std::vector<pid_t> pids = start_pair(dir, "100000");
+  testing::Reaper reaper(pids);
+  const bool training = testing::wait_for_metrics(dir / "runs/run", std::chrono::seconds(60));
+  ::kill(pids[1], SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const int code1 = testing::wait_until(pids[1], deadline), code0 = testing::wait_until(pids[0], deadline);
+  const std::string log0 = testing::read_bytes(dir / "rank0.log"), log1 = testing::read_bytes(dir / "rank1.log");
+  ASSERT_TRUE(training) << log0;
+  EXPECT_EQ(code0, 130) << log0;
+  EXPECT_EQ(code1, 130) << log1;
+  const std::vector<fs::path> runs = testing::run_dirs(dir / "runs/run");
+  ASSERT_EQ(runs.size(), 1u);
+  const int64_t step = testing::checkpoint_step(runs.front() / "checkpoints/last.pt");
+  EXPECT_GT(step, 0);
+  // Both logs' stop lines name the same step: rank 0's "stopped at ... (step N)".
+  EXPECT_CONTAINS(log0, fmt::format("(step {}); saved", step));
+  EXPECT_CONTAINS(log1, fmt::format("stopped with the other ranks at step {}", step));
+}
+
+}  // namespace
+}  // namespace stoker

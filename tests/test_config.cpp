@@ -1,0 +1,28 @@
+#include "test_config.h"
+
+#include "models/compact_resnet.h"
+
+namespace stoker::testing {
+namespace fs = std::filesystem;
+
+Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
+  Config c;
+  c.run.name = "tiny";
+  c.run.dir = run_dir.string();
+  c.run.seed = 7;
+  c.run.device = "cpu";
+  c.run.threads = 1;
+  c.data.root = data_root.string();
+  c.data.batch_size = 32;
+  c.data.eval_batch_size = 64;
+  c.data.mean = {0.5};
+  c.data.std = {0.3};
+  c.model = models::compact_resnet({8, 16}, {1, 1}, 0.1);  // dropout exercises the RNG state in checkpoints
+  c.optimizer.lr = 0.05;
+  c.schedule.warmup_epochs = 0.5;
+  c.train.epochs = 3;
+  c.train.log_every_steps = 4;
+  return c;
+}
+
+}  // namespace stoker::testing
