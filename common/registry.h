@@ -1,5 +1,5 @@
-// A name -> factory registry, used for models (and later datasets, transforms, optimizers,
-// schedulers, callbacks). Registering a name twice is an error; a failed lookup lists the names it
+// A name -> entry registry, used for the registered types: models, data sets, transforms,
+// optimizers and schedules. Registering a name twice is an error; a failed lookup lists the names it
 // knows. Thread-safe: applications may register from static initialisers or at run time.
 #pragma once
 

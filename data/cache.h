@@ -66,7 +66,6 @@ class CachedDataset : public Dataset {
   int64_t bytes() const { return bytes_; }
   // What caching every sample of the wrapped data set would take (measured on the cached ones).
   double estimated_full_bytes() const;
-  int64_t source_size() const { return inner_->size(); }
   // Why fewer samples than asked for are cached ("" when all asked for are): the memory budget.
   const std::string& subset_reason() const { return subset_reason_; }
   double fill_seconds() const { return fill_seconds_; }

@@ -65,7 +65,6 @@ class SamplePipeline {
   SamplePipeline(std::shared_ptr<Dataset> dataset, SamplePipelineOptions options);
 
   const Dataset& dataset() const { return *dataset_; }
-  const std::shared_ptr<Dataset>& shared_dataset() const { return dataset_; }
   const SamplePipelineOptions& options() const { return options_; }
   int64_t channels() const { return channels_; }
   // Whether every sample comes out the same size (a data set of one image size, or transforms that

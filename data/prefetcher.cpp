@@ -2,6 +2,7 @@
 #include "data/prefetcher.h"
 
 #include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "common/error.h"
@@ -124,15 +125,24 @@ Batch DevicePrefetcher::pop() {
   return batch;
 }
 
-namespace {
-// Blocks until the work queued so far on `device`'s current stream (the copies) has run.
-void wait_for_current_stream(torch::Device device) {
+
+std::vector<torch::Tensor> copy_on_side_stream(const std::vector<torch::Tensor>& host, torch::Device device,
+                                               bool non_blocking, bool host_waits) {
   const c10::impl::VirtualGuardImpl guard(device.type());
-  c10::Event done(device.type());
-  done.record(guard.getStream(device));
-  done.synchronize();
+  const c10::Stream compute = guard.getStream(device);
+  const c10::Stream side = guard.getStreamFromGlobalPool(device);
+  std::vector<torch::Tensor> out;
+  c10::Event copied(device.type());
+  {
+    const c10::StreamGuard on_side(side);
+    for (const torch::Tensor& t : host) out.push_back(t.to(device, non_blocking));
+    copied.record(side);
+  }
+  copied.block(compute);  // the compute stream waits for the copies on the GPU, not the host
+  for (torch::Tensor& t : out) t.record_stream(compute);  // allocated on the side stream, used on compute
+  if (host_waits) copied.synchronize();
+  return out;
 }
-}  // namespace
 
 Batch DevicePrefetcher::convert(HostBatch& host) {
   StageTimer<int64_t> timer(copy_ns_, "copy");
@@ -147,13 +157,12 @@ Batch DevicePrefetcher::convert(HostBatch& host) {
     batch.target = labels.clone();
     return batch;
   }
-  // A GPU without the prefetcher (a build without Stoker's CUDA parts).
-  const torch::Tensor on_device = images.to(options_.device, /*non_blocking=*/options_.pinned);
-  batch.target = labels.to(options_.device, /*non_blocking=*/options_.pinned);
-  // A non-blocking copy from pinned memory may still be reading the host buffer, which goes back to
-  // the pool when this returns: wait for it.
-  if (options_.pinned) wait_for_current_stream(options_.device);
-  batch.input = options_.output_uint8 ? on_device : normalize_(on_device);
+  // A GPU without the prefetcher (a build without Stoker's CUDA parts): copied on a side stream; the
+  // host waits for the copy alone (the pooled host buffer is reused once this returns).
+  std::vector<torch::Tensor> copies =
+      copy_on_side_stream({images, labels}, options_.device, options_.pinned, /*host_waits=*/true);
+  batch.target = copies[1];
+  batch.input = options_.output_uint8 ? copies[0] : normalize_(copies[0]);
   return batch;
 }
 

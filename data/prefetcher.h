@@ -92,4 +92,12 @@ class DevicePrefetcher {
   int64_t copy_ns_ = 0;
 };
 
+// Copies `host` tensors to `device` (a GPU) on a side stream, so that the copies overlap the work
+// queued on the current (compute) stream, which waits for them on the GPU; the host waits for the
+// copies alone when `host_waits` (their host memory is about to be reused), never for the compute.
+// Through c10's device-generic stream API: it needs no CUDA headers (builds without Stoker's CUDA
+// parts use it). `non_blocking`: the host tensors are pinned.
+std::vector<torch::Tensor> copy_on_side_stream(const std::vector<torch::Tensor>& host, torch::Device device,
+                                               bool non_blocking, bool host_waits);
+
 }  // namespace stoker::data

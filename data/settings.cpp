@@ -24,11 +24,12 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   l.prefetch_factor = s.prefetch_factor;
   l.device_prefetch = s.device_prefetch;
   l.pin_memory = s.pin_memory;
-  l.shard_rank = s.shard_rank;
-  l.shard_count = s.shard_count;
+  const bool launched = context.world_size > 1;  // the process group's ranks, else sharding by hand
+  l.shard_rank = launched ? context.rank : s.shard_rank;
+  l.shard_count = launched ? context.world_size : s.shard_count;
   // Distributed training: every rank the same number of training batches, so that no rank waits for
   // a gradient all-reduce the others never start; evaluation covers each sample once.
-  l.even_shards = train && s.shard_count > 1;
+  l.even_shards = train && l.shard_count > 1;
   // Training replaces an unreadable sample with another; evaluation leaves it out (and counts it).
   l.skip_bad_samples = train && s.on_bad_sample == BadSamples::kSkip;
   l.exclude_bad_samples = !train && s.on_bad_sample == BadSamples::kSkip;

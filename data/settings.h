@@ -55,7 +55,9 @@ struct DataSettings {
   std::vector<double> std{1.0};
   int64_t train_limit = 0;  // use only the first N training samples (0 = all)
   int64_t test_limit = 0;   // use only the first N test samples (0 = all)
-  int64_t shard_rank = 0;   // this process's share of every epoch (for distributed training)
+  // Sharding by hand (run.distributed: off): this process's share of every epoch. Under a launcher
+  // the process group decides it (LoaderContext::rank and world_size), and these stay 0 and 1.
+  int64_t shard_rank = 0;
   int64_t shard_count = 1;
 };
 
@@ -66,6 +68,9 @@ struct LoaderContext {
   torch::ScalarType input_dtype = torch::kFloat32;  // the compute dtype of mixed precision
   bool channels_last = false;
   bool output_uint8 = false;  // hand out uint8 batches as built (benchmarks)
+  // Data-parallel training: this process's rank and the number of ranks (the process group's), so that
+  // each trains its share of every epoch; 0 and 1 alone (then DataSettings::shard_* may shard by hand).
+  int64_t rank = 0, world_size = 1;
   std::function<void(const std::string&)> warn;
 };
 

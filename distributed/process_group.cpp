@@ -15,7 +15,10 @@
 #endif
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -194,6 +197,110 @@ class ReducerDataParallel final : public DataParallel {
 
 }  // namespace
 
+// ---- the peer watchdog ----------------------------------------------------------------------------------
+
+PeerWatch::PeerWatch(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout, Clock::time_point start)
+    : rank_(rank), timeout_(timeout), values_(world_size), changed_(world_size, start) {}
+
+void PeerWatch::beat(int64_t peer, const std::string& value, Clock::time_point now) {
+  if (value == values_[peer]) return;
+  values_[peer] = value;
+  changed_[peer] = now;
+}
+
+std::optional<std::pair<int64_t, std::chrono::milliseconds>> PeerWatch::silent(Clock::time_point now) const {
+  for (int64_t r = 0; r < static_cast<int64_t>(values_.size()); ++r) {
+    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - changed_[r]);
+    if (r != rank_ && quiet > timeout_) return std::make_pair(r, quiet);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Beats this rank's heartbeat into the store once a second and reads the others'; when one stops
+// (or a rank left a failure report), records why and aborts the group, which makes the blocked or
+// next collective fail here: the run then names the rank (ProcessGroup::lost_peer).
+class Watchdog {
+ public:
+  Watchdog(c10::intrusive_ptr<c10d::Store> store, PG group, const LaunchInfo& launch, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), group_(std::move(group)), launch_(launch),
+        watch_(launch.rank, launch.world_size, timeout, PeerWatch::Clock::now()), thread_([this] { run(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  std::optional<std::string> lost() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lost_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (int64_t beat = 0; !stopping_ && !lost_; ++beat) {
+      lock.unlock();
+      std::optional<std::string> why = look(beat);
+      lock.lock();
+      if (why) {
+        lost_ = why;
+        lock.unlock();
+        try {
+          group_->abort();  // NCCL: the communicators are aborted and blocked collectives fail
+        } catch (const std::exception&) {
+        }
+        return;
+      }
+      wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
+    }
+  }
+
+  // One round: this rank's beat out, the others' in; why to give up, if it is time.
+  std::optional<std::string> look(int64_t beat) {
+    const auto now = PeerWatch::Clock::now();
+    try {
+      store_->set(fmt::format("beat/{}", launch_.rank), std::to_string(beat));
+      for (int64_t r = 0; r < launch_.world_size; ++r) {
+        if (r == launch_.rank) continue;
+        if (store_->check({fmt::format("failure/{}", r)})) {
+          const std::vector<uint8_t> bytes = store_->get(fmt::format("failure/{}", r));
+          return fmt::format("rank {} failed: {}", r, std::string(bytes.begin(), bytes.end()));
+        }
+        const std::string key = fmt::format("beat/{}", r);
+        if (store_->check({key})) {
+          const std::vector<uint8_t> bytes = store_->get(key);
+          watch_.beat(r, std::string(bytes.begin(), bytes.end()), now);
+        }
+      }
+    } catch (const std::exception&) {
+      return std::string(launch_.agent_store ? "the launcher's rendezvous store cannot be reached (the launcher stopped?)"
+                                             : "rank 0 stopped answering: the rendezvous store it hosts is gone");
+    }
+    if (const auto silent = watch_.silent(now)) {
+      return fmt::format("rank {} stopped answering: no heartbeat for {} s (killed, frozen or its node lost: its "
+                         "output, the launcher's or the kernel log (dmesg) says why)",
+                         silent->first, silent->second.count() / 1000);
+    }
+    return std::nullopt;
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  PG group_;
+  LaunchInfo launch_;
+  PeerWatch watch_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::optional<std::string> lost_;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+}  // namespace
+
 struct ProcessGroup::Impl {
   LaunchInfo launch;
   torch::Device device = torch::kCPU;
@@ -201,6 +308,7 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   PG group;
   std::string backend;
+  std::unique_ptr<Watchdog> watchdog;  // declared last: stopped before the group goes
 };
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -216,6 +324,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch
   impl->options = options;
   impl->store = connect_store(launch, options);
   impl->group = make_group(impl->store, launch, device, options, impl->backend);
+  const bool watch = options.peer_timeout.count() > 0 && launch.world_size > 1 &&
+                     (impl->backend == "nccl" || options.watch_peers_on_gloo);
+  if (watch) impl->watchdog = std::make_unique<Watchdog>(impl->store, impl->group, launch, options.peer_timeout);
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -238,6 +349,10 @@ std::shared_ptr<DataParallel> ProcessGroup::data_parallel(torch::nn::Module& mod
                                                   impl_->options);
   dp->broadcast(everything);  // every rank starts from rank 0's weights and buffers
   return dp;
+}
+
+std::optional<std::string> ProcessGroup::lost_peer() const {
+  return impl_->watchdog ? impl_->watchdog->lost() : std::nullopt;
 }
 
 void ProcessGroup::barrier() {

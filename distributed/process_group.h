@@ -11,7 +11,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -28,19 +31,43 @@ struct ProcessGroupOptions {
   // c10d::Reducer's gradient buckets, as PyTorch's DistributedDataParallel sizes them.
   int64_t bucket_bytes = 25 * 1024 * 1024;
   int64_t first_bucket_bytes = 1024 * 1024;
+  // Every rank's heartbeat in the rendezvous store, once a second, on a thread of its own: a rank
+  // whose heartbeat stops for this long (killed, frozen, its node lost), or that left a failure
+  // report, aborts the group's collectives here, so that the others stop with an error naming it
+  // instead of waiting for the collective timeout (NCCL's blocked kernels notice nothing of a dead
+  // peer). Training threads that are merely slow keep beating. 0: no watchdog. On for NCCL; Gloo
+  // notices a dead peer at once (its socket closes), so there it is off unless set.
+  std::chrono::milliseconds peer_timeout = std::chrono::seconds(60);
+  bool watch_peers_on_gloo = false;
 
-  // Benchmarks only (bench/run_dist_bench.sh, STOKER_BENCH_GRAD_SYNC): "overlap" (the Reducer,
+  // Benchmarks only (bench/dist_sync_bench.cpp, through TrainRequest::process_group): "overlap" (the Reducer,
   // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
   // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
   // apart, wrong for training, the compute-only baseline).
   std::string grad_sync = "overlap";
 
-  ProcessGroupOptions& with_timeout(std::chrono::milliseconds v) { timeout = v; return *this; }
-  ProcessGroupOptions& with_bucket_bytes(int64_t v) { bucket_bytes = v; return *this; }
 };
 
 // Whether a collective's error message says that the connection to a peer was lost or timed out.
 bool lost_connection(const std::string& message);
+
+// The watchdog's bookkeeping, apart from the store so that it can be tested with numbers: each peer's
+// last heartbeat value and when it last changed.
+class PeerWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  PeerWatch(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout, Clock::time_point start);
+  // A heartbeat value read for `peer` at `now` ("" when it has none yet).
+  void beat(int64_t peer, const std::string& value, Clock::time_point now);
+  // The first peer whose heartbeat has not changed for longer than the timeout, with how long, if any.
+  std::optional<std::pair<int64_t, std::chrono::milliseconds>> silent(Clock::time_point now) const;
+
+ private:
+  int64_t rank_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::string> values_;
+  std::vector<Clock::time_point> changed_;
+};
 
 class ProcessGroup {
  public:
@@ -70,6 +97,9 @@ class ProcessGroup {
   // sentence ("rank 1 failed: ...", "rank 1 stopped without a word (...)"), from the reports the
   // other ranks left in the store, waiting at most `wait` for the ranks that have not reported.
   std::string explain_lost_peer(std::chrono::milliseconds wait = std::chrono::seconds(5));
+  // What the peer watchdog found ("rank 1 stopped answering: no heartbeat for 61 s ..."), once it
+  // aborted the group; nothing before.
+  std::optional<std::string> lost_peer() const;
 
  private:
   struct Impl;

@@ -318,7 +318,6 @@ nlohmann::ordered_json ladder_json_object(const LadderResult& result) {
     json[key + "_ratio"] = r.ratio;
     json[key + "_wait_share"] = r.wait_share;
   }
-  if (c.cudnn_off_samples_per_s > 0) json["cudnn_benchmark_off_samples_per_s"] = c.cudnn_off_samples_per_s;
   json["input_bound"] = result.diagnosis.input_bound;
   json["bottleneck"] = result.diagnosis.bottleneck;
   json["suggested_workers"] = result.diagnosis.suggested_workers;

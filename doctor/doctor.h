@@ -83,10 +83,9 @@ struct LadderContext {
   // The device-cached rung runs first and again last; the faster is the ceiling, and how far the
   // two differ (|a - b| / max) shows how steady the machine was while the ladder ran.
   double ceiling_spread = 0;
-  // train.cudnn_benchmark's effect: "" when it does not apply (the CPU, shapes that vary), else the
-  // device-cached samples/s with the autotuner off, measured beside the rung (on).
+  // train.cudnn_benchmark as the ladder ran: "" on the CPU; on CUDA whether it was on and how to
+  // measure its effect (a second process: cuDNN caches the first plan per shape, whatever the flag).
   std::string cudnn_benchmark;
-  double cudnn_off_samples_per_s = 0;
 };
 
 struct Diagnosis {

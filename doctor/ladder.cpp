@@ -16,6 +16,7 @@
 #include "data/cache.h"
 #include "data/loader.h"
 #include "data/normalize.h"
+#include "data/prefetcher.h"
 #include "doctor/detail.h"
 #include "recipe/factory.h"
 #include "common/log.h"
@@ -41,6 +42,7 @@ Bench make_bench(const Config& recipe) {
   b.config = recipe;
   const Config& config = b.config;
   b.device = resolve_device(config.run.device);
+  select_device(b.device);
   configure_threads(config.run.threads, config.data.workers, b.device.is_cpu());
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   b.dataset = make_dataset(config, "train");
@@ -140,8 +142,10 @@ std::shared_ptr<data::BatchSource> host_cached_source(const Config& config, std:
     b.target = b.target.to(device);
   }
   data::Normalizer normalize(full.channels(), full.options().normalize());
+  // As the prefetcher does: the copy on a side stream, the compute stream waiting for it on the GPU
+  // (the cached host batches never change: the host need not wait).
   auto prepare = [device, normalize](const torch::Tensor& host) {
-    return normalize(host.to(device, /*non_blocking=*/true));
+    return normalize(data::copy_on_side_stream({host}, device, /*non_blocking=*/true, /*host_waits=*/false)[0]);
   };
   return std::make_shared<data::CachedBatchSource>(std::move(batches), full.num_batches(), full.channels(),
                                                    full.out_height(), full.out_width(), prepare);
@@ -178,24 +182,18 @@ RungResult cached_dataset_rung(const Config& config, Trainer& trainer, std::shar
   return r;
 }
 
-// On CUDA with train.cudnn_benchmark applying, the device-cached rung again with the autotuner off.
-void measure_cudnn_benchmark(const Config& config, Trainer& trainer, data::BatchSource& on_device,
-                             const DoctorOptions& options, LadderContext& ctx, const RungResult& with_it) {
-  if (!trainer.device().is_cuda()) {
-    ctx.cudnn_benchmark = "";
-    return;
-  }
+// train.cudnn_benchmark as the ladder ran it. Its effect is not measured here: cuDNN keeps the plan
+// it picked first for each shape (its plan cache ignores the flag), so an "off" rung in the same
+// process would run the autotuner's plans, or the other way round, and read about 1.00x whatever
+// the truth. A second process measures it: `trainer bench-step --set train.cudnn_benchmark=false`.
+std::string cudnn_benchmark_note(const Config& config, torch::Device device) {
+  if (!device.is_cuda()) return "";
   if (!at::globalContext().benchmarkCuDNN()) {
-    ctx.cudnn_benchmark = config.train.cudnn_benchmark ? "off (the batches vary in shape)" : "off (train.cudnn_benchmark: false)";
-    return;
+    return config.train.cudnn_benchmark ? "off (the batches vary in shape)" : "off (train.cudnn_benchmark: false)";
   }
-  at::globalContext().setBenchmarkCuDNN(false);
-  ctx.cudnn_off_samples_per_s =
-      measure_rung("device-cached", trainer, on_device, options.warmup, options.steps).samples_per_s;
-  at::globalContext().setBenchmarkCuDNN(true);
-  ctx.cudnn_benchmark = fmt::format("on: {:.1f} samples/s device-cached, {:.1f} with it off ({:.2f}x)",
-                                    with_it.samples_per_s, ctx.cudnn_off_samples_per_s,
-                                    with_it.samples_per_s / std::max(1e-9, ctx.cudnn_off_samples_per_s));
+  return "on; its effect is measured in a second process: trainer bench-step --config <recipe> --set "
+         "train.cudnn_benchmark=false, against the same without the --set (cuDNN caches the first plan per shape, "
+         "so one process cannot compare them)";
 }
 
 // What the ladder's diagnosis needs to know of the machine and the recipe.
@@ -303,7 +301,7 @@ LadderResult run_ladder(const Config& recipe, const DoctorOptions& options) {
   log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
   auto on_device = doctor::device_cached_source(*bench.loader, options.cached_batches);
   result.rungs.push_back(measure_rung("device-cached", *bench.trainer, *on_device, options.warmup, options.steps));
-  measure_cudnn_benchmark(config, *bench.trainer, *on_device, options, ctx, result.rungs.back());
+  ctx.cudnn_benchmark = cudnn_benchmark_note(config, bench.device);
   on_device.reset();
   result.rungs.push_back(host_rung(config, bench, options));
   log.info("doctor: decoded-cached rung");

@@ -233,6 +233,8 @@ namespace {
 void reset_peak_memory(torch::Device device) {
 #ifdef STOKER_WITH_CUDA
   if (device.is_cuda()) {
+    // The last trial's cached blocks go back first: the peak counts reserved bytes, cache included.
+    c10::cuda::CUDACachingAllocator::emptyCache();
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
     return;
   }
@@ -262,9 +264,16 @@ double peak_memory_bytes(torch::Device device) {
   return 0;
 }
 
+// Out of device memory, as the allocator says it or as cuDNN and cuBLAS do when their workspaces
+// cannot be had under memory pressure (they fail to find an engine, or to allocate).
 bool is_out_of_memory(const std::exception& e) {
-  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
-         std::string(e.what()).find("out of memory") != std::string::npos;
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string what = e.what();
+  for (const char* sign : {"out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                           "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH", "unable to find an engine"}) {
+    if (what.find(sign) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // Trains device-cached steps at one batch size with a fresh model.
@@ -279,9 +288,18 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
   auto loader = make_loader(c, std::move(dataset), device, "train");
   auto cached = doctor::device_cached_source(*loader, 2);
   auto trainer = make_trainer(c, make_model(c, loader->channels()), loader, loader, device);
-  const RungResult r = doctor::measure_rung("device-cached", *trainer, *cached, o.warmup, o.steps);
+  // With train.cuda_graph the warm-up must cover the graph's warm-up steps and its capture, or the
+  // timed steps would include them.
+  const bool graph = c.train.cuda_graph && device.is_cuda();
+  const RungResult r =
+      doctor::measure_rung("device-cached", *trainer, *cached, graph ? std::max<int64_t>(o.warmup, 6) : o.warmup, o.steps);
   trial.samples_per_s = r.samples_per_s;
   trial.peak_bytes = peak_memory_bytes(device);
+  if (graph && !trainer->graph_active()) {
+    // The capture failed (the warning says why): at this size the step does not fit as a graph.
+    trial.fits = false;
+    trial.note = "the CUDA graph capture failed (it needs the working set a second time)";
+  }
   return trial;
 }
 
@@ -290,6 +308,7 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
 BatchSweepResult batch_sweep(const Config& recipe, const BatchSweepOptions& o) {
   STOKER_CHECK(o.min_batch > 0 && o.max_batch >= o.min_batch, "doctor --batch needs 0 < min_batch <= max_batch");
   const torch::Device device = resolve_device(recipe.run.device);
+  select_device(device);
   configure_threads(recipe.run.threads, 0, device.is_cpu());
   auto dataset = make_dataset(recipe, "train");
   Config config = recipe;

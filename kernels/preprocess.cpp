@@ -117,10 +117,10 @@ torch::Tensor preprocess_images_reference(const torch::Tensor& images, const Pre
     const torch::Tensor mirror = o.flip.to(images.device()).to(torch::kBool).view({images.size(0), 1, 1, 1});
     x = torch::where(mirror, images.flip({2}), images);
   }
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  const torch::Tensor mean = torch::tensor(o.mean, f32).view({1, c, 1, 1}).to(images.device());
-  const torch::Tensor inv_std = torch::tensor(o.inv_std, f32).view({1, c, 1, 1}).to(images.device());
-  torch::Tensor out = x.permute({0, 3, 1, 2}).to(torch::kFloat32).sub(mean).mul(inv_std);
+  // Per channel with scalar operands: on a GPU, a [C] tensor of the means would be a pageable
+  // host-to-device copy, which waits for everything queued on the stream, every batch.
+  torch::Tensor out = x.permute({0, 3, 1, 2}).to(torch::kFloat32);
+  for (int64_t k = 0; k < c; ++k) out.select(1, k).sub_(o.mean[k]).mul_(o.inv_std[k]);
   return out.to(o.dtype).contiguous(format_of(o));
 }
 

@@ -28,10 +28,8 @@ struct PreprocessOptions {
   torch::Tensor flip;
 
   PreprocessOptions& set_mean(std::vector<float> v) { mean = std::move(v); return *this; }
-  PreprocessOptions& set_inv_std(std::vector<float> v) { inv_std = std::move(v); return *this; }
   PreprocessOptions& set_dtype(torch::ScalarType v) { dtype = v; return *this; }
   PreprocessOptions& set_channels_last(bool v) { channels_last = v; return *this; }
-  PreprocessOptions& set_flip(torch::Tensor v) { flip = std::move(v); return *this; }
 };
 
 // The most channels the CUDA kernel handles; more go through the reference path.

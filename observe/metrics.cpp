@@ -1,5 +1,7 @@
 #include "observe/metrics.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -11,9 +13,13 @@ namespace stoker {
 
 std::vector<Scalar> telemetry_scalars(const std::optional<GpuSample>& s) {
   if (!s) return {};
-  return {{"gpu/utilization", s->utilization}, {"gpu/memory_used_gib", s->memory_used_gib},
-          {"gpu/power_w", s->power_w}, {"gpu/temperature_c", s->temperature_c},
-          {"gpu/sm_clock_mhz", s->sm_clock_mhz}};
+  std::vector<Scalar> out;
+  for (const Scalar& field : {Scalar{"gpu/utilization", s->utilization}, Scalar{"gpu/memory_used_gib", s->memory_used_gib},
+                              Scalar{"gpu/power_w", s->power_w}, Scalar{"gpu/temperature_c", s->temperature_c},
+                              Scalar{"gpu/sm_clock_mhz", s->sm_clock_mhz}}) {
+    if (!std::isnan(field.value)) out.push_back(field);  // NaN: a field this GPU does not report
+  }
+  return out;
 }
 
 std::vector<Scalar> scalars_of(const StepRecord& r) {

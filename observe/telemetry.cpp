@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -31,6 +33,7 @@ struct nvmlMemory_t {
   unsigned long long total, free, used;  // bytes (the v1 struct nvmlDeviceGetMemoryInfo fills)
 };
 constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlNotSupported = 3;  // NVML_ERROR_NOT_SUPPORTED (MIG instances, some sandboxes)
 constexpr int kNvmlTemperatureGpu = 0;  // nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
 constexpr int kNvmlClockSm = 1;         // nvmlClockType_t NVML_CLOCK_SM
 
@@ -113,25 +116,28 @@ NvmlDevice::~NvmlDevice() {
 }
 
 GpuSample NvmlDevice::sample() const {
-  const auto check = [&](nvmlReturn_t rc, const char* call) {
+  // A field this GPU does not report (NVML_ERROR_NOT_SUPPORTED: utilisation and power on MIG
+  // instances, some fields in sandboxes) is absent (NaN: left out of metrics and charts); the
+  // others are still read. Any other failure stops the sampler with NVML's message.
+  const auto read = [&](nvmlReturn_t rc, const char* call) {
+    if (rc == kNvmlNotSupported) return false;
     STOKER_CHECK(rc == kNvmlSuccess, "GPU telemetry: {} failed: {}", call, api_->message(rc));
+    return true;
   };
+  constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   nvmlUtilization_t util{};
   nvmlMemory_t memory{};
   unsigned int milliwatts = 0, celsius = 0, mhz = 0;
-  check(api_->utilization(device_, &util), "nvmlDeviceGetUtilizationRates");
-  check(api_->memory(device_, &memory), "nvmlDeviceGetMemoryInfo");
-  check(api_->power(device_, &milliwatts), "nvmlDeviceGetPowerUsage");
-  check(api_->temperature(device_, kNvmlTemperatureGpu, &celsius), "nvmlDeviceGetTemperature");
-  check(api_->clock(device_, kNvmlClockSm, &mhz), "nvmlDeviceGetClockInfo");
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   GpuSample s;
-  s.utilization = util.gpu;
-  s.memory_used_gib = static_cast<double>(memory.used) / kGiB;
-  s.memory_total_gib = static_cast<double>(memory.total) / kGiB;
-  s.power_w = milliwatts / 1000.0;
-  s.temperature_c = celsius;
-  s.sm_clock_mhz = mhz;
+  s.utilization = read(api_->utilization(device_, &util), "nvmlDeviceGetUtilizationRates") ? util.gpu : kAbsent;
+  const bool has_memory = read(api_->memory(device_, &memory), "nvmlDeviceGetMemoryInfo");
+  s.memory_used_gib = has_memory ? static_cast<double>(memory.used) / kGiB : kAbsent;
+  s.memory_total_gib = has_memory ? static_cast<double>(memory.total) / kGiB : kAbsent;
+  s.power_w = read(api_->power(device_, &milliwatts), "nvmlDeviceGetPowerUsage") ? milliwatts / 1000.0 : kAbsent;
+  s.temperature_c =
+      read(api_->temperature(device_, kNvmlTemperatureGpu, &celsius), "nvmlDeviceGetTemperature") ? celsius : kAbsent;
+  s.sm_clock_mhz = read(api_->clock(device_, kNvmlClockSm, &mhz), "nvmlDeviceGetClockInfo") ? mhz : kAbsent;
   return s;
 }
 
@@ -188,7 +194,8 @@ void TelemetrySampler::run() {
     }
     latest_ = sample;
     sum_.utilization += sample.utilization;
-    sum_.memory_used_gib = std::max(sum_.memory_used_gib, sample.memory_used_gib);
+    sum_.memory_used_gib = std::isnan(sample.memory_used_gib) ? sample.memory_used_gib
+                                                              : std::max(sum_.memory_used_gib, sample.memory_used_gib);
     sum_.memory_total_gib = sample.memory_total_gib;
     sum_.power_w += sample.power_w;
     sum_.temperature_c += sample.temperature_c;

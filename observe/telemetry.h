@@ -28,7 +28,8 @@
 
 namespace stoker {
 
-// One reading of one GPU.
+// One reading of one GPU. A field the GPU does not report (NVML_ERROR_NOT_SUPPORTED: utilisation and
+// power on MIG instances, some sandboxes) is NaN and left out of metrics; the others are still read.
 struct GpuSample {
   double utilization = 0;       // % of the last sample period (1/6 s to 1 s) in which a kernel ran
   double memory_used_gib = 0;   // device memory in use, by every process

@@ -64,7 +64,7 @@ void ModelEma::update(torch::nn::Module& model) {
   const double decay = decay_at(updates_);
   torch::NoGradGuard no_grad;
   if (!average_float_.empty()) torch::_foreach_lerp_(average_float_, model_float_, 1.0 - decay);
-  for (size_t i = 0; i < average_other_.size(); ++i) average_other_[i].copy_(model_other_[i]);
+  if (!average_other_.empty()) torch::_foreach_copy_(average_other_, model_other_);  // one launch, not one per buffer
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ModelEma::named_tensors() const {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace stoker {
 namespace {
@@ -105,6 +106,23 @@ SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SG
 
 void SGD::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
 
+torch::Tensor SGD::momentum_of(const torch::Tensor& p) {
+  auto& slot = state_[p.unsafeGetTensorImpl()];
+  if (!slot) {
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    slot = std::move(s);
+  }
+  return static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer();
+}
+
+void SGD::create_state() {
+  for (auto& group : param_groups()) {
+    if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) continue;
+    for (const auto& p : group.params()) momentum_of(p);
+  }
+}
+
 torch::Tensor SGD::step(LossClosure closure) {
   return closure_step<torch::optim::SGD>(*this, impl_, std::move(closure));
 }
@@ -123,15 +141,7 @@ void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
     // exactly as PyTorch's first-step initialisation does.
     std::vector<torch::Tensor> bufs;
     if (o.momentum() != 0) {
-      for (const auto& p : t.params) {
-        auto& slot = state_[p.unsafeGetTensorImpl()];
-        if (!slot) {
-          auto s = std::make_unique<torch::optim::SGDParamState>();
-          s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          slot = std::move(s);
-        }
-        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
-      }
+      for (const auto& p : t.params) bufs.push_back(momentum_of(p));
     }
     if (impl_ == OptimizerImpl::kFused) {
       if (lr_.defined()) {
@@ -166,6 +176,13 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim
 
 void AdamW::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
 
+void AdamW::create_state() {
+  for (auto& group : param_groups()) {
+    std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, steps;
+    state_of(group.params(), exp_avgs, exp_avg_sqs, steps);
+  }
+}
+
 torch::Tensor AdamW::step(LossClosure closure) {
   return closure_step<torch::optim::AdamW>(*this, impl_, std::move(closure));
 }
@@ -197,10 +214,10 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
       if (found_inf) at::_foreach_add_(steps, found_inf->reshape({}), -1.0);  // a skipped step takes it back
       continue;
     }
-    // foreach (CPU: reading the step counts costs nothing)
+    // foreach: the step counts kept on the host too (a skipped fp16 step returned above, on the host)
     std::vector<at::Scalar> bias2_sqrt, step_size;
-    for (const auto& step : steps) {
-      const double n = step.item<double>();
+    for (const auto& p : t.params) {
+      const auto n = static_cast<double>(++host_steps_[p.unsafeGetTensorImpl()]);
       bias2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
       step_size.emplace_back(-o.lr() / (1.0 - std::pow(beta1, n)));
     }
@@ -232,6 +249,7 @@ void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch
     torch::Tensor& step = steps_[p.unsafeGetTensorImpl()];
     if (!step.defined()) {
       step = torch::full({1}, static_cast<double>(s.step()), torch::TensorOptions().device(p.device()).dtype(torch::kFloat32));
+      host_steps_[p.unsafeGetTensorImpl()] = s.step();
     }
     steps.push_back(step);
   }
@@ -252,6 +270,7 @@ void AdamW::save(torch::serialize::OutputArchive& archive) const {
 void AdamW::load(torch::serialize::InputArchive& archive) {
   torch::optim::AdamW::load(archive);
   steps_.clear();  // made again from each parameter's loaded AdamWParamState::step at its next step
+  host_steps_.clear();
 }
 
 // ---- building -----------------------------------------------------------------------------------
@@ -316,6 +335,12 @@ Registry<OptimizerType>& optimizer_registry() {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, torch::nn::Module& model,
                                                         torch::Device device) {
   const OptimizerImpl impl = resolve_optimizer_impl(o.implementation, device);
+  if (device.is_cuda() && impl != OptimizerImpl::kFused) {
+    logger().warn("optimizer.implementation: {} on CUDA reads the loss scaler's inf/NaN flag on the host at every "
+                  "step under fp16-mixed (a device synchronisation) and cannot be captured in a CUDA graph; "
+                  "fused (the default on CUDA) does neither",
+                  o.implementation);
+  }
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model.parameters()) {
     if (!p.requires_grad()) continue;
@@ -323,6 +348,27 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
   }
   STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
   return optimizer_registry().get(o.algorithm.type()).create(o, o.algorithm.options(), decay, no_decay, impl);
+}
+
+void match_state_layout(torch::optim::Optimizer& optimizer) {
+  torch::NoGradGuard no_grad;
+  const auto match = [](const torch::Tensor& param, torch::Tensor state) {
+    if (!state.defined() || state.sizes() != param.sizes() || state.strides() == param.strides()) return;
+    state.set_data(state.contiguous(param.suggest_memory_format()));
+  };
+  auto& states = optimizer.state();
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      const auto found = states.find(p.unsafeGetTensorImpl());
+      if (found == states.end() || !found->second) continue;
+      if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(found->second.get())) match(p, sgd->momentum_buffer());
+      if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(found->second.get())) {
+        match(p, adamw->exp_avg());
+        match(p, adamw->exp_avg_sq());
+        match(p, adamw->max_exp_avg_sq());
+      }
+    }
+  }
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

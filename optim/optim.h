@@ -51,6 +51,10 @@ class AmpStepOptimizer {
   virtual void set_lr(double lr) = 0;
   // Whether a step can be captured in a CUDA graph (the fused kernels: no host synchronisation).
   virtual bool capturable() const = 0;
+  // Makes the state of every parameter now (momentum buffers, moments, step counts), as a step would
+  // on first use. Before a CUDA graph capture: state first made inside a capture would be a node of
+  // the graph, re-zeroed at every replay.
+  virtual void create_state() = 0;
 };
 
 class SGD : public torch::optim::SGD, public AmpStepOptimizer {
@@ -61,9 +65,12 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
   void step_amp(const std::optional<torch::Tensor>& grad_scale,
                 const std::optional<torch::Tensor>& found_inf) override;
   void set_lr(double lr) override;
+  void create_state() override;
   bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
 
  private:
+  // The momentum buffer of `p`, made (zero) on first use, as PyTorch does.
+  torch::Tensor momentum_of(const torch::Tensor& p);
   OptimizerImpl impl_;
   torch::Tensor lr_;  // the learning rate on the parameters' device (fused, CUDA)
 };
@@ -76,6 +83,7 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   void step_amp(const std::optional<torch::Tensor>& grad_scale,
                 const std::optional<torch::Tensor>& found_inf) override;
   void set_lr(double lr) override;
+  void create_state() override;
   bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
   // The step counts live in device tensors while training; these keep the checkpointed
   // AdamWParamState::step of each parameter in agreement with them.
@@ -88,6 +96,9 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   // Each parameter's steps taken (skipped ones excluded), float32 [1] on its device, as PyTorch keeps
   // them: a parameter that first gets a gradient late is bias-corrected for its own steps.
   std::unordered_map<c10::TensorImpl*, torch::Tensor> steps_;
+  // The foreach path's step counts on the host (its bias corrections are host scalars): reading the
+  // device counts would synchronise with the device once per parameter and step.
+  std::unordered_map<c10::TensorImpl*, int64_t> host_steps_;
   // The moments and step counts of `params`, made on first use.
   void state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
                 std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps);
@@ -140,6 +151,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
                                                         torch::Device device = torch::kCPU);
 
 // Sets the learning rate of every parameter group of any optimizer.
+// Gives each parameter's optimizer state (SGD's momentum, AdamW's moments) the memory layout of
+// its parameter: a checkpoint written with train.channels_last toggled loads the state in its old
+// strides, which the fused kernels refuse (they need equal strides) and the foreach ones run slowly.
+void match_state_layout(torch::optim::Optimizer& optimizer);
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`.

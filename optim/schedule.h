@@ -13,7 +13,7 @@
 //
 // Each type is an entry of schedule_registry(); applications may register more. Schedules count
 // optimizer steps. tests/golden/schedule_golden.py computes the same curves with
-// torch.optim.lr_scheduler; tests/trainer/schedule_test.cpp compares them.
+// torch.optim.lr_scheduler; tests/optim/schedule_test.cpp compares them.
 #pragma once
 
 #include <cstdint>

@@ -296,21 +296,24 @@ std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::s
 
 }  // namespace
 
-int64_t accumulate_steps_of(const Config& c) {
+int64_t shards_of(const Config& c, int64_t world_size) { return world_size > 1 ? world_size : c.data.shard_count; }
+
+int64_t accumulate_steps_of(const Config& c, int64_t world_size) {
   if (c.train.effective_batch_size > 0) {
-    return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * c.data.shard_count));
+    return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * shards_of(c, world_size)));
   }
   return c.train.accumulate_steps;
 }
 
-int64_t global_batch_size(const Config& config) {
-  return config.data.batch_size * config.data.shard_count * accumulate_steps_of(config);
+int64_t global_batch_size(const Config& config, int64_t world_size) {
+  return config.data.batch_size * shards_of(config, world_size) * accumulate_steps_of(config, world_size);
 }
 
-double effective_lr(const Config& config) {
+double effective_lr(const Config& config, int64_t world_size) {
   const int64_t reference = config.optimizer.lr_reference_batch;
   if (reference <= 0) return config.optimizer.lr;
-  return config.optimizer.lr * static_cast<double>(global_batch_size(config)) / static_cast<double>(reference);
+  return config.optimizer.lr * static_cast<double>(global_batch_size(config, world_size)) /
+         static_cast<double>(reference);
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,

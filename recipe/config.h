@@ -95,13 +95,16 @@ struct Config {
 
 // Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size
 // (which must be a multiple of data.batch_size * data.shard_count).
-int64_t accumulate_steps_of(const Config& config);
+// `world_size`: the data-parallel ranks (the process group's; 1 alone). A run shards its data over
+// them, or over data.shard_count when sharded by hand; shards_of says which.
+int64_t shards_of(const Config& config, int64_t world_size = 1);
+int64_t accumulate_steps_of(const Config& config, int64_t world_size = 1);
 // Samples per optimizer step over all processes: data.batch_size * data.shard_count * the batches
 // accumulated into each step (train.accumulate_steps or train.effective_batch_size).
-int64_t global_batch_size(const Config& config);
+int64_t global_batch_size(const Config& config, int64_t world_size = 1);
 // optimizer.lr, scaled by global_batch_size / optimizer.lr_reference_batch when that is set (the
 // linear scaling rule of Goyal et al., 2017); optimizer.lr itself when it is 0.
-double effective_lr(const Config& config);
+double effective_lr(const Config& config, int64_t world_size = 1);
 
 // Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
 // strings from --set, applied on top of the text before validation.

@@ -7,6 +7,10 @@
 
 #include "common/error.h"
 
+#ifdef STOKER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace stoker {
 
 torch::Device resolve_device(const std::string& name) {
@@ -21,6 +25,14 @@ torch::Device resolve_device(const std::string& name) {
                "run.device is '{}' but only {} CUDA device(s) exist", name, torch::cuda::device_count());
   if (!device.has_index()) device.set_index(0);
   return device;
+}
+
+void select_device(torch::Device device) {
+#ifdef STOKER_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : 0);
+#else
+  (void)device;
+#endif
 }
 
 void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {

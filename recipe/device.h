@@ -12,6 +12,11 @@ namespace stoker {
 // "auto" picks CUDA when available, else the CPU; "cuda"/"cuda:N" without CUDA is an error.
 torch::Device resolve_device(const std::string& name);
 
+// Makes `device` the current CUDA device of this thread (nothing on the CPU), so that nothing the
+// run allocates (pinned host buffers, NCCL's communicators, the caching allocator) makes a context
+// on GPU 0 when the run trains on another GPU.
+void select_device(torch::Device device);
+
 // Sets libtorch's intra-op thread count and a single inter-op thread. `threads` = 0 picks one per
 // core, less the loader's workers when training on the CPU, so that the two do not oversubscribe it.
 void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);

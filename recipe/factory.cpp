@@ -103,11 +103,11 @@ PrecisionDecision choose_precision(const Config& config, torch::Device device, c
   return d;
 }
 
-TrainerOptions trainer_options(const Config& config, torch::Device device) {
+TrainerOptions trainer_options(const Config& config, torch::Device device, int64_t world_size) {
   TrainerOptions o;
   o.epochs = config.train.epochs;
   o.precision = config.train.precision;
-  o.accumulate_steps = accumulate_steps_of(config);
+  o.accumulate_steps = accumulate_steps_of(config, world_size);
   o.batch_size = config.data.batch_size;
   o.grad_clip_norm = config.train.grad_clip_norm;
   o.cuda_graph = config.train.cuda_graph;
@@ -124,7 +124,7 @@ TrainerOptions trainer_options(const Config& config, torch::Device device) {
 }
 
 TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
-                        int64_t steps_per_epoch) {
+                        int64_t steps_per_epoch, int64_t world_size) {
   const Precision precision = config.train.precision;
   prepare_model(*model.ptr(), device, precision, config.train.channels_last);
   TrainerParts parts;
@@ -144,7 +144,7 @@ TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch:
                                                   .with_enabled(needs_loss_scaling(precision)),
                                               device);
   const ScheduleOptions schedule = config.schedule;
-  const double base_lr = effective_lr(config);
+  const double base_lr = effective_lr(config, world_size);
   const int64_t epochs = config.train.epochs;
   parts.schedule = [=](int64_t step) { return scheduled_lr(schedule, base_lr, step, steps_per_epoch, epochs); };
   if (config.train.ema_decay > 0) {
@@ -176,10 +176,18 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
     resolved.train.precision = decision.precision;
     return make_trainer(resolved, std::move(model), std::move(train), std::move(eval), device, std::move(group));
   }
-  TrainerOptions options = trainer_options(config, device);
+  const int64_t world_size = group ? group->world_size() : 1;
+  const int64_t per_step = config.data.batch_size * shards_of(config, world_size);
+  STOKER_CHECK(config.train.effective_batch_size == 0 || config.train.effective_batch_size % per_step == 0,
+               "train.effective_batch_size ({}) must be a multiple of data.batch_size x the {} rank(s) ({}); use {} "
+               "or {}",
+               config.train.effective_batch_size, shards_of(config, world_size), per_step,
+               per_step * std::max<int64_t>(1, config.train.effective_batch_size / per_step),
+               per_step * (config.train.effective_batch_size / per_step + 1));
+  TrainerOptions options = trainer_options(config, device, world_size);
   options.class_names = train->class_names();
   const int64_t steps_per_epoch = (train->num_batches() + options.accumulate_steps - 1) / options.accumulate_steps;
-  TrainerParts parts = make_parts(config, std::move(model), device, steps_per_epoch);
+  TrainerParts parts = make_parts(config, std::move(model), device, steps_per_epoch, world_size);
   if (group) parts.data_parallel = group->data_parallel(*parts.model.ptr());
   return std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
 }
@@ -205,6 +213,8 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   TrainingSetup setup;
   setup.config = config;
   setup.device = distributed.device;
+  setup.world_size = distributed.world_size();
+  select_device(setup.device);  // before anything is allocated for it (pinned buffers, the model)
   configure_threads(config.run.threads, config.data.workers, setup.device.is_cpu());
   torch::manual_seed(config.run.seed);
   std::shared_ptr<data::Dataset> train = make_dataset(config, "train");
@@ -212,7 +222,7 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   setup.precision = choose_precision(config, setup.device, input_shape(config, train));
   setup.config.train.precision = setup.precision.precision;
   const Config& resolved = setup.config;
-  setup.loaders = make_loaders(resolved, setup.device, std::move(train));
+  setup.loaders = make_loaders(resolved, setup.device, std::move(train), {distributed.rank(), distributed.world_size()});
   setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), setup.loaders.train,
                                setup.loaders.test, setup.device, distributed.group);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).

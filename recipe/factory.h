@@ -55,13 +55,13 @@ struct PrecisionDecision {
 PrecisionDecision choose_precision(const Config& config, torch::Device device, const data::InputShape& shape);
 
 // The loop's options from the config: epochs, precision, accumulation, clipping, graph, batch size.
-TrainerOptions trainer_options(const Config& config, torch::Device device);
+TrainerOptions trainer_options(const Config& config, torch::Device device, int64_t world_size = 1);
 
 // The parts for `model` (prepared here: see prepare_model), for `steps_per_epoch` optimizer steps
 // per epoch: the configured optimizer, cross-entropy with train.label_smoothing, the fp16-mixed loss
 // scaler, the learning-rate schedule (with the linear scaling rule) and the EMA of the weights.
 TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
-                        int64_t steps_per_epoch);
+                        int64_t steps_per_epoch, int64_t world_size = 1);
 
 // A Trainer for `model` on the given sources (train.precision: auto resolved for `device` first: see
 // choose_precision), after the sizing checks (findings are logged as
@@ -81,6 +81,7 @@ bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train,
 // choice), which is what the run saves and logs.
 struct TrainingSetup {
   Config config;
+  int64_t world_size = 1;       // the data-parallel ranks training it (1 alone)
   PrecisionDecision precision;  // how train.precision was decided (the run logs it with its first lines)
   torch::Device device = torch::kCPU;
   Loaders loaders;

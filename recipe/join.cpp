@@ -9,6 +9,17 @@
 
 namespace stoker {
 
+int64_t rank_device_index(const distributed::LaunchInfo& launch, int64_t visible_devices) {
+  // Slurm (--gpus-per-task, --gpu-bind) and some launchers give each task its own GPU: the task sees
+  // one device, whatever its local rank. Otherwise the local rank indexes the node's devices.
+  if (visible_devices == 1) return 0;
+  STOKER_CHECK(launch.local_rank < visible_devices,
+               "rank {} is local rank {} on its node, but it sees only {} CUDA device(s); start at most one "
+               "process per GPU (--nproc-per-node), or give each process one GPU of its own (CUDA_VISIBLE_DEVICES)",
+               launch.rank, launch.local_rank, visible_devices);
+  return launch.local_rank;
+}
+
 Distributed start_distributed(Config& config, const distributed::ProcessGroupOptions& options) {
   return start_distributed(config, distributed::launch_info_from_environment(), options);
 }
@@ -25,19 +36,15 @@ Distributed start_distributed(Config& config, const distributed::LaunchInfo& lau
                "run.distributed: off to shard by hand)",
                config.data.shard_rank, config.data.shard_count, launch.launcher, launch.world_size);
   if (d.device.is_cuda()) {
-    STOKER_CHECK(launch.local_rank < static_cast<int64_t>(torch::cuda::device_count()),
-                 "rank {} is local rank {} on its node, but the node has only {} CUDA device(s); start at "
-                 "most one process per GPU (--nproc-per-node)",
-                 launch.rank, launch.local_rank, torch::cuda::device_count());
-    d.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
+    const int64_t index = rank_device_index(launch, static_cast<int64_t>(torch::cuda::device_count()));
+    d.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+    select_device(d.device);  // before the process group: NCCL and every allocation use it
   }
   if (launch.rank != 0) {
     logger().set_level(spdlog::level::warn);
     logger().set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launch.rank));
   }
   d.group = distributed::ProcessGroup::join(launch, d.device, options);
-  config.data.shard_rank = launch.rank;
-  config.data.shard_count = launch.world_size;
   logger().info("distributed: rank {} of {} ({}, {} backend, store at {}:{}); every rank trains on its "
                 "shard of each epoch, rank 0 writes the run directory",
                 launch.rank, launch.world_size, launch.launcher, d.group->backend(), launch.master_addr,

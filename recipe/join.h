@@ -1,7 +1,8 @@
 // A run's part in data-parallel training: from the launcher's environment (distributed/launch.h) and
-// run.distributed to the joined process group, the device of this rank, and the data shard the
-// config then names (data.shard_rank / data.shard_count are set here, from the process group, so
-// that global_batch_size and the linear learning-rate scaling count every rank).
+// run.distributed to the joined process group and the device of this rank. The rank and the world
+// size reach the data layer as derived context (recipe/loaders.h DataRanks -> data::LoaderContext)
+// and the batch arithmetic as an argument (global_batch_size(config, world_size)), never as the
+// user's data.shard_* keys, which stay for sharding by hand (run.distributed: off).
 //
 //   Config config = ...;
 //   const Distributed distributed = start_distributed(config);   // one process: world_size 1
@@ -27,12 +28,18 @@ struct Distributed {
   int64_t world_size() const { return group ? group->world_size() : 1; }
   // Only rank 0 writes the run directory, the log file, metrics and checkpoints.
   bool writes() const { return rank() == 0; }
+  int64_t shards(const Config& config) const { return shards_of(config, world_size()); }
 };
 
 // Resolves run.device and, when run.distributed is auto and the launcher's environment names a world
-// size > 1, joins the process group (Gloo on the CPU, NCCL on CUDA), sets config.data.shard_rank and
-// shard_count from it (refusing them in the config), and turns this rank's console log down to
-// warnings and errors, prefixed with the rank, unless it is rank 0.
+// size > 1, joins the process group (Gloo on the CPU, NCCL on CUDA; data.shard_rank / shard_count
+// in the config are refused then: the process group shards the data), and turns this rank's console
+// log down to warnings and errors, prefixed with the rank, unless it is rank 0.
+// The CUDA device index a rank trains on, among the `visible_devices` it sees: its local rank, or 0
+// when it sees a single device (a launcher that gives each task its own GPU, as Slurm's
+// --gpus-per-task does); more local ranks than devices is an error saying what to start.
+int64_t rank_device_index(const distributed::LaunchInfo& launch, int64_t visible_devices);
+
 // `options`: the process group's (timeouts; benchmarks compare its gradient-sync variants).
 Distributed start_distributed(Config& config, const distributed::ProcessGroupOptions& options = {});
 Distributed start_distributed(Config& config, const distributed::LaunchInfo& launch,

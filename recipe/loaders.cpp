@@ -46,8 +46,11 @@ std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::str
 }
 
 std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
-                                          torch::Device device, const std::string& split, bool output_uint8) {
+                                          torch::Device device, const std::string& split, bool output_uint8,
+                                          const DataRanks& ranks) {
   data::LoaderContext context;
+  context.rank = ranks.rank;
+  context.world_size = ranks.world_size;
   context.seed = config.run.seed;
   context.device = device;
   context.channels_last = config.train.channels_last;
@@ -79,10 +82,11 @@ Loaders make_loaders(const Config& config, torch::Device device) {
   return make_loaders(config, device, make_dataset(config, "train"));
 }
 
-Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train) {
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
+                     const DataRanks& ranks) {
   Loaders loaders;
-  loaders.train = make_loader(config, std::move(train), device, "train");
-  loaders.test = make_loader(config, device, "test");
+  loaders.train = make_loader(config, std::move(train), device, "train", false, ranks);
+  loaders.test = make_loader(config, make_dataset(config, "test"), device, "test", false, ranks);
   STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
                    loaders.train->out_width() == loaders.test->out_width(),
                "training batches are {}x{} but evaluation batches are {}x{}; make data.train_transforms "

@@ -13,6 +13,13 @@
 
 namespace stoker {
 
+// A data-parallel run's place: this process's rank among `world_size` (the process group's; derived,
+// never a user key). Alone: 0 of 1.
+struct DataRanks {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+};
+
 // One split ("train" or "test") of the configured data set (data.type and its keys, data.root, the
 // split's limit), checked against data.num_classes.
 std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split);
@@ -21,7 +28,7 @@ std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::str
 // `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).
 std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
                                           torch::Device device, const std::string& split,
-                                          bool output_uint8 = false);
+                                          bool output_uint8 = false, const DataRanks& ranks = {});
 // The same over make_dataset(config, split).
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
                                           const std::string& split, bool output_uint8 = false);
@@ -31,8 +38,9 @@ struct Loaders {
   int64_t in_channels = 1;
 };
 Loaders make_loaders(const Config& config, torch::Device device);
-// The same with the training split already made (make_dataset).
-Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train);
+// The same with the training split already made (make_dataset), each loader this rank's share.
+Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
+                     const DataRanks& ranks = {});
 // The shape the training loader's batches will have (channels, height, width; height and width 0
 // when the transforms do not end at one size), without building the loader.
 data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train);

@@ -84,6 +84,7 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
   Trainer& trainer = *setup.trainer;
   const Loaders& loaders = setup.loaders;
   const torch::Device device = setup.device;
+  const int64_t world_size = setup.world_size;
   const fs::path& outcome_run_dir = run_dir;
   size_t params = 0;
   for (const auto& p : trainer.module().parameters()) params += p.numel();
@@ -102,7 +103,7 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
                 loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
   if (config.optimizer.lr_reference_batch > 0) {
     logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}",
-                  effective_lr(config), config.optimizer.lr, global_batch_size(config),
+                  effective_lr(config, world_size), config.optimizer.lr, global_batch_size(config, world_size),
                   config.optimizer.lr_reference_batch);
   }
   logger().info("schedule: {}", describe_schedule(config));
@@ -113,13 +114,13 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
 
   logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", trainer.precision_summary(),
                 trainer.accumulate_steps(), config.data.batch_size,
-                trainer.accumulate_steps() * config.data.batch_size * config.data.shard_count,
-                config.data.shard_count > 1 ? " across all shards" : "");
+                trainer.accumulate_steps() * config.data.batch_size * shards_of(config, world_size),
+                shards_of(config, world_size) > 1 ? " across all shards" : "");
 
 }
 
 // The checkpoint a run resumes from and the config saved in it (none in checkpoints written without
-// one), read once: the shard check before joining the ranks and the config check after it use both.
+// one), read once: the world-size check before joining the ranks and the config check after it use both.
 struct ResumeSource {
   fs::path checkpoint;
   std::optional<Config> saved;
@@ -148,8 +149,7 @@ std::vector<std::string> check_resume_config(const Config& config, const ResumeS
   if (!source.saved) {
     return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
   }
-  Config saved = *source.saved;
-  saved.data.shard_rank = config.data.shard_rank;  // each rank's own, not a change
+  const Config& saved = *source.saved;
   std::vector<std::string> lines, breaking;
   for (const ConfigDifference& d : config_differences(saved, config)) {
     lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
@@ -211,7 +211,8 @@ int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optio
 
 // Under a launcher: when this rank fails, its error is left for the others (ProcessGroup::
 // report_failure); when a collective fails here for a lost connection, another rank stopped or died
-// first: the error says which and why (ProcessGroup::explain_lost_peer, within seconds).
+// first: the error says which and why (ProcessGroup::explain_lost_peer, within seconds); when the
+// peer watchdog aborted the collectives (a peer stopped answering), its finding says which.
 template <typename F>
 auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
   if (!d.group) return f();
@@ -220,6 +221,10 @@ auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
   } catch (const std::exception& e) {
     const std::string what = e.what();
     const std::string first = what.substr(0, what.find('\n'));
+    if (const std::optional<std::string> lost = d.group->lost_peer()) {
+      // The peer watchdog aborted the collectives (NCCL: a dead peer is not noticed otherwise).
+      STOKER_FAIL("rank {} of {}: {}; here, the collectives were aborted: {}", d.rank(), d.world_size(), *lost, first);
+    }
     if (!distributed::lost_connection(first)) {
       d.group->report_failure(first);
       throw;
@@ -316,29 +321,27 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   return outcome;
 }
 
-// data.shard_rank / shard_count of a run under a launcher are start_distributed's outputs, and its saved
-// config holds them: resumed from that config, they are cleared here (start_distributed sets them again
-// and refuses them otherwise), and the world size they record must be this launch's.
-void take_saved_shards(Config& config, const std::optional<ResumeSource>& resume) {
-  if (!resume || !resume->saved || config.run.distributed == "off") return;
+// A run's world size is fixed (each rank's position in the epoch and the global batch depend on it):
+// the launch resuming it must start as many processes as trained it (its checkpoint records them;
+// checkpoints from before that record them in the saved config's data.shard_count).
+void check_resume_world_size(const std::optional<ResumeSource>& resume, const Config& config) {
+  if (!resume || config.run.distributed == "off") return;
   const fs::path& checkpoint = resume->checkpoint;
-  const Config& saved = *resume->saved;
-  if (saved.run.distributed == "off") return;  // sharded by hand: checked as any other key
-  if (config.data.shard_count == saved.data.shard_count && config.data.shard_rank == saved.data.shard_rank) {
-    config.data.shard_rank = 0;
-    config.data.shard_count = 1;
+  int64_t was = read_checkpoint_world_size(checkpoint);
+  if (was == 0) {
+    if (!resume->saved || resume->saved->run.distributed == "off") return;  // sharded by hand, or unknown
+    was = resume->saved->data.shard_count;
   }
-  const int64_t was = saved.data.shard_count, is = std::max<int64_t>(1, distributed::launch_info_from_environment().world_size);
+  const int64_t is = std::max<int64_t>(1, distributed::launch_info_from_environment().world_size);
   if (was == is) return;
   const std::string how =
       was == 1 ? std::string("as one process (no launcher)")
                : fmt::format("on {} ranks, e.g. python -m torch.distributed.run --nproc-per-node {} --no-python "
                              "trainer --resume {}",
                              was, was, run_dir_of(checkpoint).string());
-  STOKER_FAIL("cannot resume {} on {} process(es): it was trained by {} ranks (data.shard_count {} in its saved "
-              "config), and a different world size is not supported (each rank's position in the epoch and "
-              "the global batch depend on it); resume it {}",
-              checkpoint.string(), is, was, was, how);
+  STOKER_FAIL("cannot resume {} on {} process(es): it was trained by {} rank(s), and a different world size is "
+              "not supported (each rank's position in the epoch and the global batch depend on it); resume it {}",
+              checkpoint.string(), is, was, how);
 }
 
 }  // namespace
@@ -347,7 +350,7 @@ TrainOutcome run_training(const TrainRequest& request) {
   Config config = request.config;
   const std::optional<ResumeSource> resume =
       request.resume ? std::optional<ResumeSource>(read_resume_source(*request.resume)) : std::nullopt;
-  take_saved_shards(config, resume);
+  check_resume_world_size(resume, config);
   // Launched as one of several processes (torchrun, srun): join them, take this rank's data shard.
   const Distributed distributed = start_distributed(config, request.process_group);
   return naming_peers(distributed, [&] { return train_joined(request, resume, config, distributed); });

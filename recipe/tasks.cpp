@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 
 CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& checkpoint) {
   const torch::Device device = resolve_device(config.run.device);
+  select_device(device);
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->channels());

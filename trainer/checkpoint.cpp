@@ -100,6 +100,7 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
   archive.write("state.best_epoch", torch::IValue(s.best_epoch));
   archive.write("state.early_stop_best", torch::IValue(s.early_stop_best));
   archive.write("state.early_stop_epoch", torch::IValue(s.early_stop_epoch));
+  archive.write("state.world_size", torch::IValue(s.world_size));
   for (const auto& [name, tensor] : content.ema) archive.write(kEmaPrefix + name, tensor, true);
   if (!content.ema.empty()) archive.write("ema_updates", torch::IValue(content.ema_updates));
   archive.write("config", torch::IValue(content.config_yaml));
@@ -145,6 +146,13 @@ std::string read_checkpoint_config(const fs::path& path) {
   torch::IValue value;
   if (archive.try_read("config", value) && value.isString()) return value.toStringRef();
   return "";
+}
+
+int64_t read_checkpoint_world_size(const fs::path& path) {
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, torch::kCPU);
+  torch::IValue value;
+  return archive.try_read("state.world_size", value) && value.isInt() ? value.toInt() : 0;
 }
 
 std::vector<std::string> read_checkpoint_class_names(const fs::path& path) {
@@ -227,6 +235,7 @@ CheckpointContent read_content(torch::serialize::InputArchive& archive, const st
   if (archive.try_read("state.early_stop_epoch", value) && value.isInt()) {
     content.state.early_stop_epoch = value.toInt();
   }
+  content.state.world_size = archive.try_read("state.world_size", value) && value.isInt() ? value.toInt() : 0;
   for (const std::string& key : archive.keys()) {
     if (key.rfind(kEmaPrefix, 0) != 0) continue;
     torch::Tensor tensor;

@@ -28,6 +28,9 @@ struct TrainState {
   // train.early_stopping: the best value of its metric so far and the epoch (0-based) it came in.
   double early_stop_best = std::numeric_limits<double>::quiet_NaN();
   int64_t early_stop_epoch = -1;
+  // The data-parallel ranks that trained the run (1 alone): its batches and each rank's position in
+  // the epoch depend on it. 0 when read from a checkpoint written before it was recorded.
+  int64_t world_size = 1;
 };
 
 struct CheckpointContent {
@@ -72,6 +75,8 @@ CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::
 
 // The resolved config YAML saved in a checkpoint (empty if it has none).
 std::string read_checkpoint_config(const std::filesystem::path& path);
+// The world size a checkpoint's run trained with (TrainState::world_size; 0 when not recorded).
+int64_t read_checkpoint_world_size(const std::filesystem::path& path);
 // The class names saved in a checkpoint (empty if it has none).
 std::vector<std::string> read_checkpoint_class_names(const std::filesystem::path& path);
 

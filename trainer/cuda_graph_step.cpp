@@ -9,6 +9,7 @@
 #ifdef STOKER_WITH_CUDA
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -74,6 +75,23 @@ void release_pool_of_failed_capture(const Graph& graph, bool began) {
   }
 }
 
+// Takes the device's default random generator out of capture mode after a failed capture.
+// CUDAGraph::capture_begin puts the generator's state into capture mode (capture_prologue) and only
+// a capture_end that succeeds takes it out (capture_epilogue); destroying the graph does not. Left
+// so, the first random op of the eager fallback (dropout) throws "Offset increment outside graph
+// capture encountered unexpectedly". The generator gets a fresh state with the same seed and
+// philox offset (the failed capture consumed none of it: a capture counts its offsets apart), so
+// the eager steps draw exactly what they would have drawn had no capture been tried.
+void restore_generator_after_failed_capture(c10::DeviceIndex device) {
+  at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto* current = at::check_generator<at::CUDAGeneratorImpl>(generator);
+  auto fresh = c10::make_intrusive<at::CUDAGeneratorImpl>(device);
+  fresh->set_current_seed(current->current_seed());
+  fresh->set_philox_offset_per_thread(current->philox_offset_per_thread());
+  current->graphsafe_set_state(fresh);
+}
+
 }  // namespace
 
 struct CudaGraphStep::State {
@@ -100,6 +118,9 @@ void CudaGraphStep::State::capture(const torch::Tensor& in, const torch::Tensor&
   target = tgt.clone();
   if (hooks.before_capture) hooks.before_capture();
   c10::cuda::device_synchronize();
+  // As torch.cuda.graph does: the cached blocks the warm-up left go back to the device first, so that
+  // the capture's private pool can hold a second working set where the eager steps fit.
+  c10::cuda::CUDACachingAllocator::emptyCache();
   bool began = false;
   try {
     AutocastOffForCapture no_outer_autocast(device);
@@ -126,6 +147,7 @@ void CudaGraphStep::State::undo_failed_capture(bool began) {
     if (broken != nullptr) cudaGraphDestroy(broken);
   }
   (void)cudaGetLastError();
+  quietly("restoring the random generator", [&] { restore_generator_after_failed_capture(device.index()); });
   if (graph) release_pool_of_failed_capture(*graph, began);
   graph.reset();
   input = target = loss = torch::Tensor();
@@ -160,8 +182,14 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
     } catch (const std::exception& e) {
       const std::string why = e.what();
       s.disabled = true;
-      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly",
-                    why.substr(0, why.find('\n')));
+      const bool memory = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+                          why.find("out of memory") != std::string::npos;
+      logger().warn("train.cuda_graph: the training step could not be captured ({}); training eagerly{}",
+                    why.substr(0, why.find('\n')),
+                    memory ? ". The capture needs the step's working set a second time, in its own memory pool: "
+                             "lower data.batch_size (`trainer doctor --batch` finds the largest that captures) or "
+                             "set train.cuda_graph: false"
+                           : "");
       if (s.hooks.after_failure) s.hooks.after_failure();
       return std::nullopt;
     }

@@ -11,6 +11,12 @@
 // (a host synchronisation in the step, an op that cannot be captured) ends the stream capture,
 // gives the graph's memory pool back to the caching allocators and disables the graph for good,
 // with a warning saying why; the caller steps eagerly from then on.
+//
+// Replays are asynchronous: the host queues the next replay as soon as the batch is copied in, so it
+// may run ahead of the GPU by as many steps as the caller lets it. The Trainer bounds that at the
+// logging interval and at every non-finite check (train.log_every_steps), where it reads a flag and
+// so waits for the device; between those the caching allocator's copy of each batch is what stays
+// in flight.
 #pragma once
 
 #include <functional>

@@ -5,6 +5,10 @@
 // time from step i-1's "after" event to step i's "before" event is that idle gap. Events are read
 // only once they have completed (cudaEventQuery), at the logging interval: no host sync per step.
 //
+// What it does not see: gaps *inside* a step (the GPU waiting on a host synchronisation the step
+// itself makes, or on small kernels launched one by one) count as busy time; the doctor's ladder and
+// the step benchmark measure those (a CUDA graph removes most of them).
+//
 // On the CPU (or without Stoker's CUDA parts) the meter is inactive and measures nothing.
 #pragma once
 

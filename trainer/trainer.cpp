@@ -111,8 +111,13 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   }
   if (options_.cuda_graph) {
     CudaGraphStep::Hooks hooks;
-    // Backward then allocates the gradients in the graph's pool, as static tensors of the graph.
-    hooks.before_capture = [this] { optimizer_->zero_grad(/*set_to_none=*/true); };
+    // Backward then allocates the gradients in the graph's pool, as static tensors of the graph; and
+    // every parameter's optimizer state exists before the capture (made inside it, it would be a
+    // node of the graph, re-zeroed at every replay).
+    hooks.before_capture = [this] {
+      if (auto* amp = dynamic_cast<AmpStepOptimizer*>(optimizer_.get())) amp->create_state();
+      optimizer_->zero_grad(/*set_to_none=*/true);
+    };
     hooks.after_failure = [this] {
       scaler_->abandon_step();
       optimizer_->zero_grad(/*set_to_none=*/true);
@@ -441,60 +446,6 @@ bool Trainer::stop_agreed(int64_t step, bool epoch_end) {
   return agreed[0];
 }
 
-// ---- checkpoints ----------------------------------------------------------------------------------
-
-std::vector<CheckpointPart> Trainer::checkpoint_parts() {
-  std::vector<CheckpointPart> parts;
-  if (scaler_->enabled()) {
-    parts.push_back({"loss_scaler",
-                     [this](torch::serialize::OutputArchive& a) { scaler_->save(a); },
-                     [this](torch::serialize::InputArchive& a) { scaler_->load(a); }});
-  }
-  return parts;
-}
-
-void Trainer::check_finite() { watch_->check(); }
-
-void Trainer::check_weights_finite() {
-  std::vector<torch::Tensor> weights = module().parameters();
-  if (ema_) {
-    for (const auto& [name, tensor] : ema_->named_tensors()) weights.push_back(tensor);
-  }
-  if (nonfinite_flag(weights, options_.device).item<float>() == 0) return;
-  // The last step taken did it (its losses and gradients were finite, or check_finite had thrown).
-  const StepPlace here = place_.step == state_.step
-                             ? place_
-                             : StepPlace{state_.step, state_.epoch, state_.batch_in_epoch, lr_at(state_.step)};
-  throw NonfiniteError(fmt::format("the weights{} became inf or NaN at step {} (epoch {}, batch {}) with learning "
-                                   "rate {:g}: its update overflowed, although its loss and gradients were finite",
-                                   ema_ ? " (or their EMA)" : "", here.step, here.epoch + 1, here.batch + 1, here.lr),
-                       "the weights", here, 0);
-}
-
-void Trainer::save_checkpoint(const std::filesystem::path& path) {
-  check_finite();
-  check_weights_finite();
-  CheckpointContent content;
-  content.state = state_;
-  content.config_yaml = options_.config_yaml;
-  content.class_names = options_.class_names;
-  if (ema_) {
-    content.ema = ema_->named_tensors();
-    content.ema_updates = ema_->updates();
-  }
-  stoker::save_checkpoint(path, module(), *optimizer_, content, checkpoint_parts());
-}
-
-void Trainer::load_checkpoint(const std::filesystem::path& path) {
-  const CheckpointContent content =
-      stoker::load_checkpoint(path, module(), optimizer_.get(), options_.device, checkpoint_parts());
-  STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
-               "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
-               "with the data.batch_size and data set the run was started with",
-               path.string(), content.state.batch_in_epoch, train_->num_batches());
-  state_ = content.state;
-  // A checkpoint without an EMA (train.ema_decay was 0) starts one from the weights at the next step.
-  if (ema_ && !content.ema.empty()) ema_->load(content.ema, content.ema_updates, module(), path.string());
-}
+// The checkpoints (save_checkpoint, load_checkpoint) are trainer_checkpoint.cpp's.
 
 }  // namespace stoker

@@ -1,6 +1,8 @@
 // GPU telemetry without a GPU: an absent or wrong NVML library is reported with its reason, the CPU
 // gets no sampler, and the sampler thread samples, averages, stops promptly and reports a failing reader.
 #include "observe/telemetry.h"
+
+#include <limits>
 #include "observe/metrics_file.h"
 
 #include <gtest/gtest.h>
@@ -83,6 +85,29 @@ TEST(Telemetry, SamplerSamplesAveragesAndStopsPromptly) {
   record.telemetry = fake_sample(2);
   EXPECT_CONTAINS(metrics_line(record), "\"gpu_utilization\":20.0,\"gpu_memory_used_gib\":2.0,\"gpu_power_w\":102.0,"
                                         "\"gpu_temperature_c\":50.0,\"gpu_sm_clock_mhz\":1002.0}");
+}
+
+// Issue 24, G12: a field NVML answers NOT_SUPPORTED for (MIG, sandboxes) is absent, not fatal: the
+// sampler keeps the others, and metrics leave the absent one out.
+TEST(Telemetry, AFieldTheGpuDoesNotReportIsLeftOut) {
+  GpuSample sample = fake_sample(3);
+  sample.utilization = std::numeric_limits<double>::quiet_NaN();
+  sample.power_w = std::numeric_limits<double>::quiet_NaN();
+  TelemetrySampler sampler([&] { return sample; }, 0.001);
+  while (sampler.samples_taken() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::optional<GpuSample> mean = sampler.take_mean();
+  sampler.stop();
+  ASSERT_TRUE(mean.has_value());
+  EXPECT_EQ(sampler.error(), "");
+  EXPECT_DOUBLE_EQ(mean->temperature_c, sample.temperature_c);
+  std::vector<std::string> tags;
+  for (const Scalar& s : telemetry_scalars(mean)) tags.push_back(s.tag);
+  EXPECT_EQ(tags, (std::vector<std::string>{"gpu/memory_used_gib", "gpu/temperature_c", "gpu/sm_clock_mhz"}));
+  StepRecord record;
+  record.telemetry = mean;
+  const std::string line = metrics_line(record);
+  EXPECT_EQ(line.find("gpu_utilization"), std::string::npos) << line;
+  EXPECT_EQ(line.find("null"), std::string::npos) << line;
 }
 
 TEST(Telemetry, AFailingReaderStopsTheSamplerWithItsError) {

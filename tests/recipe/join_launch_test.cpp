@@ -139,7 +139,7 @@ TEST_F(DistributedLaunch, SigintStopsBothRanksAndTheRunResumesOnTwoRanksExactly)
 
   // Another world size: one process, no launcher.
   EXPECT_EQ(alone("alone", {"--resume", run.string(), "--set", "train.epochs=41", "--allow-config-change"}), 1);
-  EXPECT_CONTAINS(testing::read_bytes(dir_ / "alone.log"), "it was trained by 2 ranks");
+  EXPECT_CONTAINS(testing::read_bytes(dir_ / "alone.log"), "it was trained by 2 rank(s)");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Data-parallel training (recipe/join.h, distributed/): the `trainer` program started by hand as
 // two Gloo ranks on 127.0.0.1 against one process with the whole batch; one rank killed, failing,
 // or stopped by a signal. (Under torchrun: distributed_launch_test.cpp.)
+#include "data/settings.h"
 #include "recipe/join.h"
 
 #include <signal.h>
@@ -47,6 +48,46 @@ TEST(Distributed, ShardsInTheConfigAreRefusedUnderALauncher) {
   config.data.shard_count = 2;
   EXPECT_CONTAINS(testing::error_of([&] { start_distributed(config, two_ranks()); }),
                   "under a launcher the process group decides each rank's shard");
+}
+
+// The rank and the world size reach the data layer as derived context, not as the user's keys: the
+// saved config of a launched run holds no shard settings, and the batch arithmetic counts the ranks.
+TEST(Distributed, RanksAreDerivedContextNotConfigKeys) {
+  Config config;
+  config.data.batch_size = 32;
+  config.train.effective_batch_size = 128;
+  data::LoaderContext context;
+  context.rank = 1;
+  context.world_size = 2;
+  const data::LoaderOptions train = data::loader_options(config.data, "train", context);
+  EXPECT_EQ(train.shard_rank, 1);
+  EXPECT_EQ(train.shard_count, 2);
+  EXPECT_TRUE(train.even_shards);
+  EXPECT_EQ(config.data.shard_count, 1);
+  EXPECT_EQ(config_to_yaml(config).find("shard_count: 2"), std::string::npos);
+  EXPECT_EQ(accumulate_steps_of(config, 2), 2);  // 128 = 32 x 2 ranks x 2
+  EXPECT_EQ(global_batch_size(config, 2), 128);
+  EXPECT_EQ(accumulate_steps_of(config), 4);  // alone: 32 x 4
+  // Sharding by hand (run.distributed: off) still reads the keys.
+  config.data.shard_rank = 1;
+  config.data.shard_count = 4;
+  const data::LoaderOptions by_hand = data::loader_options(config.data, "train", data::LoaderContext());
+  EXPECT_EQ(by_hand.shard_rank, 1);
+  EXPECT_EQ(by_hand.shard_count, 4);
+}
+
+// Issue 24, G4: a launcher that gives each task one visible GPU (Slurm --gpus-per-task) must not be
+// refused on every rank but 0; the local rank indexes the devices only when the node shows them all.
+TEST(Distributed, EachRanksCudaDeviceFromTheVisibleDevices) {
+  distributed::LaunchInfo launch;
+  launch.rank = 5;
+  launch.local_rank = 3;
+  EXPECT_EQ(rank_device_index(launch, 1), 0);  // one GPU visible to this task: it is its own
+  EXPECT_EQ(rank_device_index(launch, 8), 3);  // all eight of the node visible: the local rank's
+  EXPECT_CONTAINS(testing::error_of([&] { rank_device_index(launch, 2); }),
+                  "rank 5 is local rank 3 on its node, but it sees only 2 CUDA device(s)");
+  launch.local_rank = 0;
+  EXPECT_EQ(rank_device_index(launch, 2), 0);
 }
 
 TEST(Distributed, RunDistributedIsAValidatedKey) {
