@@ -195,6 +195,7 @@ TEST(TrainerCli, UnwritableRunDirectoryIsAClearError) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("cannot create the run directory /proc/stoker-cannot-write-here"),
             std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[check"), std::string::npos) << r.output;  // the source location is for the log file
 }
 
 TEST(TrainerCli, PrintConfigShowsTheResolvedValues) {
