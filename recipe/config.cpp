@@ -206,29 +206,23 @@ void check_batching(const Config& c, const Fail& fail) {
   }
 }
 
-// The step schedule's milestones against the run's length (StepKeys checks them on their own).
-void check_milestones(const Config& c, const Fail& fail) {
-  if (c.schedule.curve.type() != "step") return;
-  const auto& milestones = c.schedule.curve.as<StepKeys>().milestones;
-  for (size_t i = 0; i < milestones.size(); ++i) {
-    if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
-      fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
-                       "schedule.warmup_epochs ({}) and below train.epochs ({})",
-                       i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
-    }
-  }
-}
-
 void check_schedule_and_metrics(const Config& c, const Fail& fail) {
   if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
     fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
                      c.schedule.warmup_epochs, c.train.epochs));
   }
-  check_milestones(c, fail);
-  const std::string& type = c.schedule.curve.type();
-  if (schedule_registry().get(type).own_warmup && c.schedule.warmup_epochs > 0) {
-    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", type,
-                     type == "one_cycle" ? " (schedule.pct_start)" : ""));
+  const std::string& name = c.schedule.curve.type();
+  const ScheduleType type = schedule_registry().get(name);
+  if (type.check_run) {
+    try {
+      type.check_run(c.schedule.curve.options(), c.schedule.warmup_epochs, c.train.epochs);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+  }
+  if (type.own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", name,
+                     type.warmup_key.empty() ? "" : fmt::format(" (schedule.{})", type.warmup_key)));
   }
   auto check_ema_metric = [&](const char* key, const std::string& metric) {
     if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {

@@ -52,27 +52,6 @@ fs::path create_run_dir(const RunOptions& run) {
 
 namespace {
 
-// One line on the learning-rate schedule, for the log.
-std::string describe_schedule(const Config& config) {
-  const ScheduleOptions& s = config.schedule;
-  const std::string& type = s.curve.type();
-  const std::string warmup =
-      s.warmup_epochs > 0 ? fmt::format("{:g} warm-up epoch(s), then ", s.warmup_epochs) : "";
-  if (type == "cosine") {
-    return fmt::format("{}cosine down to {:g} x lr", warmup, s.curve.as<CosineKeys>().final_lr_ratio);
-  }
-  if (type == "step") {
-    const auto& k = s.curve.as<StepKeys>();
-    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, k.gamma, fmt::join(k.milestones, ", "));
-  }
-  if (type == "one_cycle") {
-    const auto& k = s.curve.as<OneCycleKeys>();
-    return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}",
-                       k.div_factor, k.pct_start, k.div_factor * k.final_div_factor);
-  }
-  return warmup + type;
-}
-
 // The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.
 fs::path run_dir_of(const fs::path& checkpoint) {
   const fs::path folder = checkpoint.parent_path();
@@ -105,7 +84,7 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
                   effective_lr(config), config.optimizer.lr, global_batch_size(config),
                   config.optimizer.lr_reference_batch);
   }
-  logger().info("schedule: {}", describe_schedule(config));
+  logger().info("schedule: {}", describe_schedule(config.schedule));
   if (trainer.ema() != nullptr) {
     logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
                   config.train.ema_warmup ? " (with warm-up)" : "");
