@@ -266,7 +266,7 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
                  "the run directory {} is not writable", outcome.run_dir.string());
     attach_log_file(outcome.run_dir / "train.log");
   }
-
+  for (const std::string& note : request.config_notes) logger().info("{}", note);
   const int64_t resumed_step =
       start_or_resume(trainer, config, resume_from, config_changes, writes ? outcome.run_dir : fs::path());
   if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
