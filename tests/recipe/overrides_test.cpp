@@ -10,10 +10,14 @@
 #include "models/mlp.h"
 #include "optim/schedule.h"
 #include "recipe/config.h"
+#include "recipe/run.h"
+#include "test_config.h"
 #include "test_util.h"
+#include "trainer/checkpoint.h"
 
 namespace stoker {
 namespace {
+namespace fs = std::filesystem;
 using Notes = std::vector<std::string>;
 
 constexpr const char* kRecipe = R"(data:
@@ -149,6 +153,60 @@ TEST(Overrides, AWholeSectionAsAMapping) {
             "--set optimizer=adamw: expected section.key=value (e.g. train.epochs=3), or a whole section as a "
             "mapping (e.g. --set 'optimizer={type: adamw, lr: 0.002}')");
   EXPECT_EQ(error_of(kRecipe, {"trainer={epochs: 3}"}), "--set trainer: unknown section 'trainer'; did you mean train?");
+}
+
+// `trainer --resume RUN --set optimizer.type=adamw`: the checkpoint's saved config is the "file" whose
+// old-type keys are dropped; the switch breaks exactness (refused unless allowed), and the resumed run
+// starts the new optimizer's state afresh.
+TEST(Overrides, AResumedRunSwitchesTheOptimizerType) {
+  testing::TempDir data, runs;
+  testing::write_synthetic_idx_dataset(data.path(), 128, 64, 12);
+  TrainRequest first;
+  first.config = testing::tiny_config(data.path(), runs.path());
+  first.config.train.epochs = 1;
+  const TrainOutcome one = run_training(first);
+
+  // As the trainer program resumes: the checkpoint's saved config with the --set overrides.
+  const fs::path last = one.run_dir / "checkpoints" / "last.pt";
+  const std::string saved = read_checkpoint_config(last);
+  const std::string source = last.string() + " (its saved config)";
+  TrainRequest second;
+  second.config = parse_config(saved, source, {"optimizer.type=adamw", "optimizer.lr=0.002", "train.epochs=2"},
+                               &second.config_notes);
+  EXPECT_EQ(second.config_notes, Notes{"optimizer.type: adamw (was sgd in " + source +
+                                       "): dropped the keys adamw does not have: momentum, nesterov"});
+  second.resume = one.run_dir;
+  try {
+    run_training(second);
+    ADD_FAILURE() << "a resume with another optimizer.type was accepted without allow_config_change";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "optimizer.type (sgd -> adamw)");
+  }
+  second.allow_config_change = true;
+  const TrainOutcome two = run_training(second);
+  EXPECT_EQ(two.state.epoch, 2);
+  const std::string log = testing::read_bytes(one.run_dir / "train.log");
+  EXPECT_CONTAINS(log, second.config_notes.front());
+  EXPECT_CONTAINS(log, "optimizer.type: adamw (was sgd): the checkpoint's sgd state is left out");
+  const std::string resumed = read_checkpoint_config(one.run_dir / "checkpoints" / "last.pt");
+  EXPECT_CONTAINS(resumed, "type: adamw");
+  EXPECT_EQ(resumed.find("momentum"), std::string::npos) << resumed;
+
+  // Another model cannot take the checkpoint's weights: refused even with changes allowed.
+  TrainRequest third;
+  third.config = parse_config(saved, source, {"model.type=mlp"}, &third.config_notes);
+  third.resume = one.run_dir;
+  third.allow_config_change = true;
+  EXPECT_CONTAINS(testing::error_of([&] { run_training(third); }),
+                  "with model.type mlp: it holds compact_resnet weights, which model.type mlp cannot load");
+
+  // A key of the old type given for the new one on the command line is an error, as with a recipe.
+  try {
+    parse_config(saved, source, {"optimizer.type=adamw", "optimizer.nesterov=false"});
+    ADD_FAILURE() << "optimizer.nesterov was accepted for adamw";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "--set optimizer.nesterov: optimizer type 'adamw' has no key 'nesterov'");
+  }
 }
 
 }  // namespace
