@@ -45,6 +45,11 @@ std::vector<PathStep> parse_path(const std::string& text, const std::string& pat
 // The list item `step` names in `node` (a list that long), for --set `text`.
 YAML::Node item_of(YAML::Node node, const PathStep& step, const std::string& text) {
   YAML::Node list = node[step.key];
+  if (!list.IsDefined() || list.IsNull()) {
+    throw Error(fmt::format("--set {}: the config gives no {} to take item [{}] of (defaults are not indexed); set "
+                            "the whole list instead",
+                            text, step.key, *step.index));
+  }
   if (!list.IsSequence() || *step.index >= list.size()) {
     throw Error(fmt::format("--set {}: {}[{}] is not an item of a list ({} {}); index the items the config "
                             "has, from 0",

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/transform_options.h"
+#include "models/compact_resnet.h"
 #include "models/mlp.h"
 #include "optim/schedule.h"
 #include "recipe/config.h"
@@ -123,6 +124,11 @@ TEST(Overrides, SwitchingTheModelScheduleDataSetAndTransformTypes) {
   EXPECT_EQ(error_of(kRecipe, {"data.train_transforms[2].p=0.5"}),
             "--set data.train_transforms[2].p=0.5: train_transforms[2] is not an item of a list (train_transforms "
             "has 1 item(s)); index the items the config has, from 0");
+  EXPECT_EQ(error_of(kRecipe, {"optimizer.type=adamw", "optimizer.betas[1]=0.99"}),
+            "--set optimizer.betas[1]=0.99: the config gives no betas to take item [1] of (defaults are not "
+            "indexed); set the whole list instead");
+  EXPECT_EQ(parse_config(kRecipe, "r.yaml", {"model.widths[1]=24"}).model.as<models::CompactResNetOptions>().widths,
+            (std::vector<int64_t>{8, 24}));
 }
 
 TEST(Overrides, AWholeSectionAsAMapping) {
