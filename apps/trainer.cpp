@@ -19,6 +19,7 @@
 
 #include "apps/trainer_commands.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace {
 
@@ -367,6 +368,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const stoker::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    // The failed check's source location is for bug reports: the run's log file (debug level) has
+    // it, the screen does not.
+    stoker::logger().debug("error: {}{}", e.what(), e.location().empty() ? "" : " [" + e.location() + "]");
     return 1;
   } catch (const std::exception& e) {
     // libtorch (c10::Error) and the standard library: show the first line, which says what failed.

@@ -25,12 +25,22 @@
 namespace stoker::apps {
 namespace {
 
+// With --print-config: prints the resolved config, with parse_config's notes (keys a --set type
+// switch dropped) above it as YAML comments, so that the output still reads back as a recipe.
+bool print_config(const Args& args, const stoker::Config& config, const std::vector<std::string>& notes) {
+  if (!args.print_config) return false;
+  for (const std::string& note : notes) std::printf("# %s\n", note.c_str());
+  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
+  return true;
+}
+
 // The recipe with the --set overrides applied; with --print-config, prints it and returns nothing.
 std::optional<stoker::Config> load_or_print(const Args& args) {
-  stoker::Config config = stoker::load_config(args.config, args.overrides);
-  if (!args.print_config) return config;
-  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
-  return std::nullopt;
+  std::vector<std::string> notes;
+  stoker::Config config = stoker::load_config(args.config, args.overrides, &notes);
+  if (print_config(args, config, notes)) return std::nullopt;
+  for (const std::string& note : notes) stoker::logger().info("{}", note);
+  return config;
 }
 
 void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) {
@@ -74,17 +84,21 @@ std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e
 }
 
 // train's config: the recipe (--config), or with --resume and no --config the config saved in the
-// checkpoint; --set applies to either. With --print-config, prints it and returns nothing.
-std::optional<stoker::Config> train_config(const Args& args) {
-  if (!args.config.empty()) return load_or_print(args);
-  const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.resume);
-  const std::string yaml = stoker::read_checkpoint_config(checkpoint);
-  STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
-               checkpoint.string());
-  stoker::Config config = stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", args.overrides);
-  if (!args.print_config) return config;
-  std::fputs(stoker::config_to_yaml(config).c_str(), stdout);
-  return std::nullopt;
+// checkpoint; --set applies to either (`notes`: what it dropped, for the run's log). With
+// --print-config, prints it and returns nothing.
+std::optional<stoker::Config> train_config(const Args& args, std::vector<std::string>& notes) {
+  stoker::Config config;
+  if (!args.config.empty()) {
+    config = stoker::load_config(args.config, args.overrides, &notes);
+  } else {
+    const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.resume);
+    const std::string yaml = stoker::read_checkpoint_config(checkpoint);
+    STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
+                 checkpoint.string());
+    config = stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", args.overrides, &notes);
+  }
+  if (print_config(args, config, notes)) return std::nullopt;
+  return config;
 }
 
 std::string percent(double fraction) { return fmt::format("{:.2f}%", 100.0 * fraction); }
@@ -109,9 +123,9 @@ void write_run_report(const std::filesystem::path& run_dir) {
 }  // namespace
 
 int train(const Args& args) {
-  std::optional<stoker::Config> config = train_config(args);
-  if (!config) return 0;
   stoker::TrainRequest request;
+  std::optional<stoker::Config> config = train_config(args, request.config_notes);
+  if (!config) return 0;
   request.config = *config;
   if (!args.resume.empty()) request.resume = args.resume;
   request.allow_config_change = args.allow_config_change;

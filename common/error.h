@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -12,7 +13,14 @@ namespace stoker {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message, std::string location = "")
+      : std::runtime_error(message), location_(std::move(location)) {}
+  // Where a STOKER_CHECK failed, for bug reports and the debug log (not the user's screen):
+  // "check 'n > 0' failed at data/loader.cpp:120"; empty for an error thrown otherwise.
+  const std::string& location() const { return location_; }
+
+ private:
+  std::string location_;
 };
 
 namespace detail {
@@ -22,8 +30,8 @@ namespace detail {
 
 }  // namespace stoker
 
-// Throws stoker::Error with a formatted message when `cond` is false. The message comes first (it
-// is what the user reads); the failed condition and source location follow for bug reports.
+// Throws stoker::Error with a formatted message when `cond` is false. what() is the message alone
+// (what the user reads); the failed condition and source location are kept in location().
 //   STOKER_CHECK(n > 0, "{}: expected a positive count, got {}; hint: ...", path, n);
 #define STOKER_CHECK(cond, ...)                                                       \
   do {                                                                                \

@@ -199,8 +199,9 @@ void config(const uint8_t* data, size_t size) {
     if (line.rfind("#set ", 0) == 0) overrides.push_back(line.substr(5));
   }
   std::string yaml;
+  std::vector<std::string> notes;  // kept, not logged
   try {
-    yaml = config_to_yaml(parse_config(text, "fuzz-input.yaml", overrides));
+    yaml = config_to_yaml(parse_config(text, "fuzz-input.yaml", overrides, &notes));
   } catch (const Error&) {
     return;
   }

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 
 namespace stoker {
@@ -50,6 +53,33 @@ double step_lr(const TypeOptions& own, double base_lr, int64_t step, const Sched
   return base_lr * std::pow(s.gamma, passed);
 }
 
+std::string describe_cosine(const TypeOptions& own) {
+  return fmt::format("cosine down to {:g} x lr", dynamic_cast<const CosineKeys&>(own).final_lr_ratio);
+}
+
+std::string describe_step(const TypeOptions& own) {
+  const auto& s = dynamic_cast<const StepKeys&>(own);
+  return fmt::format("step: lr x {:g} at epoch(s) {}", s.gamma, fmt::join(s.milestones, ", "));
+}
+
+std::string describe_one_cycle(const TypeOptions& own) {
+  const auto& s = dynamic_cast<const OneCycleKeys&>(own);
+  return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}", s.div_factor,
+                     s.pct_start, s.div_factor * s.final_div_factor);
+}
+
+// The step schedule's milestones against the run's length (StepKeys::check checks them on their own).
+void check_step_run(const TypeOptions& own, double warmup_epochs, int64_t epochs) {
+  const auto& milestones = dynamic_cast<const StepKeys&>(own).milestones;
+  for (size_t i = 0; i < milestones.size(); ++i) {
+    if (milestones[i] >= epochs || static_cast<double>(milestones[i]) < warmup_epochs) {
+      STOKER_FAIL("schedule.milestones[{}] ({}) must be within the run: at least schedule.warmup_epochs ({}) and "
+                  "below train.epochs ({})",
+                  i, milestones[i], warmup_epochs, epochs);
+    }
+  }
+}
+
 }  // namespace
 
 void CosineKeys::visit(OptionsVisitor& v) { v.field("final_lr_ratio", final_lr_ratio, rules::unit_closed()); }
@@ -85,12 +115,21 @@ Registry<ScheduleType>& schedule_registry() {
     auto* r = new Registry<ScheduleType>("schedule");
     r->add("constant", {options_of<NoOptions>(),
                         [](const TypeOptions&, double lr, int64_t, const ScheduleSpan&) { return lr; }});
-    r->add("cosine", {options_of<CosineKeys>(), cosine_lr});
-    r->add("step", {options_of<StepKeys>(), step_lr});
-    r->add("one_cycle", {options_of<OneCycleKeys>(), one_cycle_lr, /*own_warmup=*/true});
+    r->add("cosine", {options_of<CosineKeys>(), cosine_lr, /*own_warmup=*/false, describe_cosine});
+    r->add("step", {options_of<StepKeys>(), step_lr, /*own_warmup=*/false, describe_step, check_step_run});
+    r->add("one_cycle", {options_of<OneCycleKeys>(), one_cycle_lr, /*own_warmup=*/true, describe_one_cycle,
+                         nullptr, "pct_start"});
     return r;
   }();
   return *registry;
+}
+
+std::string describe_schedule(const ScheduleOptions& s) {
+  const std::string& name = s.curve.type();
+  const ScheduleType& type = schedule_registry().get(name);
+  const std::string curve = type.describe ? type.describe(s.curve.options()) : name;
+  if (type.own_warmup || s.warmup_epochs <= 0) return curve;
+  return fmt::format("{:g} warm-up epoch(s), then {}", s.warmup_epochs, curve);
 }
 
 double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step, int64_t steps_per_epoch,

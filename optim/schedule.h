@@ -19,10 +19,11 @@
 #include <cstdint>
 #include <functional>
 
-#include "common/options.h"
-#include "common/registry.h"
 #include <string>
 #include <vector>
+
+#include "common/options.h"
+#include "common/registry.h"
 
 namespace stoker {
 
@@ -63,17 +64,31 @@ struct ScheduleSpan {
   int64_t warmup = 0;  // round(schedule.warmup_epochs * steps_per_epoch); 0 with own_warmup
 };
 
-// A schedule.type: its learning rate at `step` (0-based, past the warm-up unless own_warmup).
+// A schedule.type: its learning rate at `step` (0-based, past the warm-up unless own_warmup), and
+// what the run asks of it beyond that: a line for the log, checks against the run's length.
+// In each function `own` is the type's options struct (made by `options`).
 struct ScheduleType {
   OptionsMaker options = options_of<NoOptions>();  // the type's own keys
-  // `own` is the type's options struct (made by `options`).
   std::function<double(const TypeOptions& own, double base_lr, int64_t step, const ScheduleSpan&)> lr;
   bool own_warmup = false;  // the linear warm-up does not apply; schedule.warmup_epochs must be 0
+  // The curve in words for the run's log, after the warm-up ("cosine down to 0.1 x lr"); the
+  // type's name when not given.
+  std::function<std::string(const TypeOptions& own)> describe = nullptr;
+  // Checks of the type's keys against the run (schedule.warmup_epochs, train.epochs), at load time;
+  // throws stoker::Error naming the keys as the config spells them (schedule.milestones[1]).
+  std::function<void(const TypeOptions& own, double warmup_epochs, int64_t epochs)> check_run = nullptr;
+  // own_warmup: the key that sets the type's own warm-up, named when schedule.warmup_epochs is
+  // given anyway (one_cycle: pct_start).
+  std::string warmup_key = "";
 };
 
 // The schedule types by name: constant, cosine, step, one_cycle; applications may add their own,
 // with their own keys: schedule_registry().add("name", {options_of<MyKeys>(), lr_function}).
 Registry<ScheduleType>& schedule_registry();
+
+// One line on a schedule for the run's log: its warm-up and its type's description
+// ("0.6 warm-up epoch(s), then cosine down to 0 x lr").
+std::string describe_schedule(const ScheduleOptions& schedule);
 
 // The learning rate for optimizer step `step` (0-based) of a run of `epochs` epochs of
 // `steps_per_epoch` optimizer steps each, reaching `base_lr` after the warm-up.

@@ -6,7 +6,6 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -15,10 +14,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "data/dataset.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
+#include "recipe/overrides.h"
 #include "recipe/yaml_options.h"
 #include "trainer/evaluate.h"
 
@@ -206,29 +207,23 @@ void check_batching(const Config& c, const Fail& fail) {
   }
 }
 
-// The step schedule's milestones against the run's length (StepKeys checks them on their own).
-void check_milestones(const Config& c, const Fail& fail) {
-  if (c.schedule.curve.type() != "step") return;
-  const auto& milestones = c.schedule.curve.as<StepKeys>().milestones;
-  for (size_t i = 0; i < milestones.size(); ++i) {
-    if (milestones[i] >= c.train.epochs || static_cast<double>(milestones[i]) < c.schedule.warmup_epochs) {
-      fail(fmt::format("schedule.milestones[{}] ({}) must be within the run: at least "
-                       "schedule.warmup_epochs ({}) and below train.epochs ({})",
-                       i, milestones[i], c.schedule.warmup_epochs, c.train.epochs));
-    }
-  }
-}
-
 void check_schedule_and_metrics(const Config& c, const Fail& fail) {
   if (c.schedule.warmup_epochs >= static_cast<double>(c.train.epochs)) {
     fail(fmt::format("schedule.warmup_epochs ({}) must be shorter than train.epochs ({})",
                      c.schedule.warmup_epochs, c.train.epochs));
   }
-  check_milestones(c, fail);
-  const std::string& type = c.schedule.curve.type();
-  if (schedule_registry().get(type).own_warmup && c.schedule.warmup_epochs > 0) {
-    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", type,
-                     type == "one_cycle" ? " (schedule.pct_start)" : ""));
+  const std::string& name = c.schedule.curve.type();
+  const ScheduleType type = schedule_registry().get(name);
+  if (type.check_run) {
+    try {
+      type.check_run(c.schedule.curve.options(), c.schedule.warmup_epochs, c.train.epochs);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+  }
+  if (type.own_warmup && c.schedule.warmup_epochs > 0) {
+    fail(fmt::format("schedule.type: {} warms up by itself{}; set schedule.warmup_epochs: 0", name,
+                     type.warmup_key.empty() ? "" : fmt::format(" (schedule.{})", type.warmup_key)));
   }
   auto check_ema_metric = [&](const char* key, const std::string& metric) {
     if (metric.rfind("ema_", 0) == 0 && c.train.ema_decay == 0) {
@@ -246,52 +241,6 @@ void check_consistency(const Config& c, const std::string& source) {
   check_data_and_model(c, fail);
   check_batching(c, fail);
   check_schedule_and_metrics(c, fail);
-}
-
-// Applies "a.b=c" overrides onto the YAML tree; returns the overridden key paths.
-std::set<std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
-  std::set<std::string> paths;
-  for (const auto& text : overrides) {
-    const auto eq = text.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw Error(fmt::format("--set {}: expected key.path=value, e.g. --set optimizer.lr=0.05", text));
-    }
-    const std::string path = text.substr(0, eq);
-    const std::string value = text.substr(eq + 1);
-    std::vector<std::string> parts;
-    std::stringstream ss(path);
-    for (std::string part; std::getline(ss, part, '.');) {
-      if (part.empty()) throw Error(fmt::format("--set {}: empty key in path '{}'", text, path));
-      parts.push_back(part);
-    }
-    if (parts.size() < 2) {
-      throw Error(fmt::format("--set {}: expected section.key=value (e.g. train.epochs=3)", text));
-    }
-    YAML::Node parsed;
-    try {
-      parsed = YAML::Load(value);
-    } catch (const YAML::Exception& e) {
-      throw Error(fmt::format("--set {}: the value is not valid YAML ({})", text, e.msg));
-    }
-    if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    if (!root.IsMap()) throw Error(fmt::format("--set {}: the config is not a mapping", text));
-    // Walk (and make) the sections down to the key's parent.
-    // (yaml-cpp's Node::operator= writes through to the node referred to; reset() rebinds.)
-    YAML::Node node = root;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      if (!node[parts[i]].IsDefined() || node[parts[i]].IsNull()) {
-        node[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      }
-      YAML::Node child = node[parts[i]];
-      if (!child.IsMap()) {
-        throw Error(fmt::format("--set {}: '{}' is not a section of keys", text, parts[i]));
-      }
-      node.reset(child);
-    }
-    node[parts.back()] = parsed;
-    paths.insert(path);
-  }
-  return paths;
 }
 
 }  // namespace
@@ -317,7 +266,7 @@ double effective_lr(const Config& config, int64_t world_size) {
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, std::vector<std::string>* notes) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -325,16 +274,26 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     throw Error(fmt::format("{}: invalid YAML at line {}, column {}: {}", source, e.mark.line + 1,
                             e.mark.column + 1, e.msg));
   }
-  const auto overridden = apply_overrides(root, overrides);
+  AppliedOverrides applied = apply_overrides(root, overrides, source);
+  std::vector<std::string> said = std::move(applied.notes);
   Config config;
-  YamlReader reader(root, source, overridden);
+  YamlReader reader(root, source, std::move(applied));
   visit_config(config, reader);
   reader.check_top_level();
   check_consistency(config, source);
+  said.insert(said.end(), reader.notes().begin(), reader.notes().end());
+  for (const std::string& note : said) {
+    if (notes != nullptr) {
+      notes->push_back(note);
+    } else {
+      logger().info("{}", note);
+    }
+  }
   return config;
 }
 
-Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides,
+                   std::vector<std::string>* notes) {
   std::ifstream in(path);
   if (!in) {
     throw Error(fmt::format("{}: cannot read the config file ({}); check the path given to --config",
@@ -343,7 +302,7 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
   }
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path.string(), overrides);
+  return parse_config(text.str(), path.string(), overrides, notes);
 }
 
 namespace {

@@ -107,13 +107,18 @@ int64_t global_batch_size(const Config& config, int64_t world_size = 1);
 double effective_lr(const Config& config, int64_t world_size = 1);
 
 // Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
-// strings from --set, applied on top of the text before validation.
+// strings from --set, applied on top of the text before validation (recipe/overrides.h): a value is
+// YAML, a mapping replaces a whole section (--set 'optimizer={type: adamw, lr: 0.002}'), and a --set
+// that switches a registered type (optimizer.type=adamw) drops the text's keys of the old type that
+// the new one lacks. What that dropped is said in one line each ("optimizer.type: adamw (was sgd in
+// r.yaml): dropped the keys adamw does not have: momentum, nesterov"): appended to `notes` when
+// given, else logged (logger().info).
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, std::vector<std::string>* notes = nullptr);
 
 // Reads and parses a YAML file; a missing or unreadable file is an error naming it.
-Config load_config(const std::filesystem::path& path,
-                   const std::vector<std::string>& overrides = {});
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {},
+                   std::vector<std::string>* notes = nullptr);
 
 // The resolved configuration as YAML (every key, defaults included). parse_config of the result
 // gives back the same Config.

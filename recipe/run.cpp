@@ -52,27 +52,6 @@ fs::path create_run_dir(const RunOptions& run) {
 
 namespace {
 
-// One line on the learning-rate schedule, for the log.
-std::string describe_schedule(const Config& config) {
-  const ScheduleOptions& s = config.schedule;
-  const std::string& type = s.curve.type();
-  const std::string warmup =
-      s.warmup_epochs > 0 ? fmt::format("{:g} warm-up epoch(s), then ", s.warmup_epochs) : "";
-  if (type == "cosine") {
-    return fmt::format("{}cosine down to {:g} x lr", warmup, s.curve.as<CosineKeys>().final_lr_ratio);
-  }
-  if (type == "step") {
-    const auto& k = s.curve.as<StepKeys>();
-    return fmt::format("{}step: lr x {:g} at epoch(s) {}", warmup, k.gamma, fmt::join(k.milestones, ", "));
-  }
-  if (type == "one_cycle") {
-    const auto& k = s.curve.as<OneCycleKeys>();
-    return fmt::format("one_cycle: lr / {:g} up to lr over {:g} of the steps, then down to lr / {:g}",
-                       k.div_factor, k.pct_start, k.div_factor * k.final_div_factor);
-  }
-  return warmup + type;
-}
-
 // The run directory of a checkpoint `<run>/checkpoints/<file>.pt`, or its folder otherwise.
 fs::path run_dir_of(const fs::path& checkpoint) {
   const fs::path folder = checkpoint.parent_path();
@@ -106,7 +85,7 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
                   effective_lr(config, world_size), config.optimizer.lr, global_batch_size(config, world_size),
                   config.optimizer.lr_reference_batch);
   }
-  logger().info("schedule: {}", describe_schedule(config));
+  logger().info("schedule: {}", describe_schedule(config.schedule));
   if (trainer.ema() != nullptr) {
     logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
                   config.train.ema_warmup ? " (with warm-up)" : "");
@@ -143,13 +122,19 @@ void keep_resumed_precision(Config& config, const ResumeSource& source) {
 }
 
 // Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
-// that break exactness unless allowed; returns one line per difference for the log.
+// that break exactness unless allowed, and another model.type always; returns one line per
+// difference for the log.
 std::vector<std::string> check_resume_config(const Config& config, const ResumeSource& source, bool allow) {
   const fs::path& checkpoint = source.checkpoint;
   if (!source.saved) {
     return {fmt::format("{} holds no saved config; resuming with the given one, unchecked", checkpoint.string())};
   }
   const Config& saved = *source.saved;
+  if (saved.model.type() != config.model.type()) {  // not even --allow-config-change: the weights cannot load
+    STOKER_FAIL("cannot resume {} with model.type {}: it holds {} weights, which model.type {} cannot load; start "
+                "a new run for it (--config with --set model.type={}, without --resume)",
+                checkpoint.string(), config.model.type(), saved.model.type(), config.model.type(), config.model.type());
+  }
   std::vector<std::string> lines, breaking;
   for (const ConfigDifference& d : config_differences(saved, config)) {
     lines.push_back(fmt::format("config change on resume: {}: {} -> {}{}", d.key, d.before, d.after,
@@ -189,18 +174,26 @@ TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
 
 // Loads the checkpoint resumed from (logging the config changes) and saves the resolved config in
 // the run directory (none: a rank that does not write, see Distributed::writes); returns the step
-// resumed at (0 for a new run).
-int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<fs::path>& resume_from,
+// resumed at (0 for a new run). A run resumed with another optimizer.type (a change
+// --allow-config-change let through) starts the new optimizer's state afresh: the checkpoint holds
+// the old type's.
+int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<ResumeSource>& resume,
                         const std::vector<std::string>& config_changes, const fs::path& run_dir) {
   const std::string resolved = config_to_yaml(config);
   logger().debug("resolved config:\n{}", resolved);
-  if (!resume_from) {
+  if (!resume) {
     if (!run_dir.empty()) write_file_atomically(run_dir / "config.yaml", resolved);
     return 0;
   }
-  trainer.load_checkpoint(*resume_from);
+  const std::string& optimizer = config.optimizer.algorithm.type();
+  const std::string was = resume->saved ? resume->saved->optimizer.algorithm.type() : optimizer;
+  trainer.load_checkpoint(resume->checkpoint, /*optimizer_state=*/was == optimizer);
   for (const std::string& line : config_changes) logger().warn("{}", line);
-  logger().info("resuming {} at epoch {}, batch {} (step {})", resume_from->string(), trainer.state().epoch + 1,
+  if (was != optimizer) {
+    logger().info("optimizer.type: {} (was {}): the checkpoint's {} state is left out; {} starts with its own",
+                  optimizer, was, was, optimizer);
+  }
+  logger().info("resuming {} at epoch {}, batch {} (step {})", resume->checkpoint.string(), trainer.state().epoch + 1,
                 trainer.state().batch_in_epoch, trainer.state().step);
   // Keep the first run's config; record the one this part ran with.
   const fs::path first = run_dir / "config.yaml";
@@ -292,9 +285,9 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
                  "the run directory {} is not writable", outcome.run_dir.string());
     attach_log_file(outcome.run_dir / "train.log");
   }
-
+  for (const std::string& note : request.config_notes) logger().info("{}", note);
   const int64_t resumed_step =
-      start_or_resume(trainer, config, resume_from, config_changes, writes ? outcome.run_dir : fs::path());
+      start_or_resume(trainer, config, resume, config_changes, writes ? outcome.run_dir : fs::path());
   if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
 
   log_run_start(config, setup, outcome.run_dir);

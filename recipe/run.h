@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
@@ -26,6 +27,9 @@ struct TrainRequest {
   std::optional<std::filesystem::path> resume;
   bool allow_config_change = false;
   bool live_progress = false;                   // a redrawn bar (terminals) or plain lines
+  // How `config` was made (parse_config's notes: keys a --set type switch dropped), logged once the
+  // run's log file is open, so that train.log holds them too.
+  std::vector<std::string> config_notes;
   // Under a launcher: the process group's options (its timeout; bench/dist_sync_bench.cpp compares
   // the gradient-sync variants with them).
   distributed::ProcessGroupOptions process_group;

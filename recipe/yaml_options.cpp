@@ -1,6 +1,9 @@
 #include "recipe/yaml_options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -27,33 +30,66 @@ YAML::Node child(const YAML::Node& node, const std::string& key) {
   return YAML::Node(node[key]);
 }
 
+// Levenshtein distance between two keys, ignoring case.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known key `name` was probably meant to be: the nearest within an edit or two (one for names of
+// up to five letters), or one that starts with it or it with (three letters at least); "" if none.
+std::string closest(const std::string& name, const std::set<std::string>& known) {
+  const size_t limit = name.size() <= 5 ? 1 : 2;
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const std::string& key : known) {
+    const size_t d = edit_distance(name, key);
+    const bool prefix = std::min(name.size(), key.size()) >= 3 &&
+                        (key.rfind(name, 0) == 0 || name.rfind(key, 0) == 0);
+    if ((d <= limit || prefix) && d < best_distance) {
+      best = key;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 // ---- reading ------------------------------------------------------------------------------------
 
 struct YamlReader::Frame {
+  Frame(YAML::Node node, std::string prefix) : node(std::move(node)), prefix(std::move(prefix)) {}
   YAML::Node node;
   std::string prefix;
   std::set<std::string> keys;  // the keys this mapping knows
   std::string chosen;          // "model type 'resnet50'" when a registered type chose some keys
   std::string chosen_type;
   const TypeCatalog* own_sections = nullptr;  // kOwnSection: other types' sections are misplaced
+  std::set<std::string> dropped;  // the file's keys of the type a --set switched from (not read)
 };
 
-YamlReader::YamlReader(YAML::Node root, std::string source, std::set<std::string> overridden)
-    : source_(std::move(source)), overridden_(std::move(overridden)) {
-  frames_.push_back(std::make_shared<Frame>(Frame{root, "", {}, "", "", nullptr}));
+YamlReader::YamlReader(YAML::Node root, std::string source, AppliedOverrides overrides)
+    : source_(std::move(source)), overrides_(std::move(overrides)) {
+  frames_.push_back(std::make_shared<Frame>(root, ""));
 }
 
 YamlReader::Frame& YamlReader::top() { return *frames_.back(); }
 
 void YamlReader::fail(const YAML::Node& node, const std::string& path, const std::string& message) const {
   // A value from --set is reported as such: its line would point into the override, not the file.
-  for (const auto& o : overridden_) {
-    if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) {
-      throw Error(fmt::format("--set {}: {}", path, message));
-    }
-  }
+  if (overrides_.covers(path)) throw Error(fmt::format("--set {}: {}", path, message));
   const auto mark = node.Mark();
   const std::string where = mark.is_null() ? "" : fmt::format(" at line {}", mark.line + 1);
   throw Error(fmt::format("{}: {}{}: {}", source_, path.empty() ? "(top level)" : path, where, message));
@@ -70,7 +106,7 @@ void YamlReader::section(const char* key, const std::function<void()>& body) {
   const std::string path = join(parent.prefix, key);
   const YAML::Node node = child(parent.node, key);  // a missing section reads as all defaults
   if (node.IsDefined() && !node.IsNull() && !node.IsMap()) fail_expected(node, path, "a mapping of keys");
-  frames_.push_back(std::make_shared<Frame>(Frame{node, path, {}, "", "", nullptr}));
+  frames_.push_back(std::make_shared<Frame>(node, path));
   body();
   check_unknown_keys(top());
   frames_.pop_back();
@@ -85,25 +121,32 @@ void YamlReader::check_unknown_keys(const Frame& frame) {
            fmt::format("a key must be a name, but this key is {}; write `name: value`", what));
     }
     const std::string name = kv.first.as<std::string>();
-    if (frame.keys.count(name)) continue;
-    const std::string path = join(frame.prefix, name);
-    if (frame.prefix.empty()) {
-      fail(kv.first, name, fmt::format("unknown section '{}'; known sections: {}", name, fmt::join(frame.keys, ", ")));
-    }
-    if (frame.own_sections != nullptr) {
-      const auto types = frame.own_sections->names();
-      if (std::find(types.begin(), types.end(), name) != types.end()) {
-        fail(kv.first, path, fmt::format("this section holds the keys of {}.type: {}, but {}.type is {}; "
-                                         "remove it or change {}.type",
-                                         frame.prefix, name, frame.prefix, frame.chosen_type, frame.prefix));
-      }
-    }
-    if (!frame.chosen.empty()) {
-      fail(kv.first, path, fmt::format("{} has no key '{}'; it takes: {}", frame.chosen, name, fmt::join(frame.keys, ", ")));
-    }
-    fail(kv.first, path, fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, frame.prefix,
-                                     fmt::join(frame.keys, ", ")));
+    if (frame.keys.count(name) || frame.dropped.count(name)) continue;
+    fail(kv.first, join(frame.prefix, name), unknown_key_message(frame, name));
   }
+}
+
+// Why `name` is not a key of `frame`, with the closest known key or the list of them.
+std::string YamlReader::unknown_key_message(const Frame& frame, const std::string& name) const {
+  const std::string close = closest(name, frame.keys);
+  const std::string maybe = close.empty() ? "" : fmt::format("; did you mean {}?", close);
+  if (frame.prefix.empty()) {
+    return fmt::format("unknown section '{}'{}", name,
+                       close.empty() ? fmt::format("; known sections: {}", fmt::join(frame.keys, ", ")) : maybe);
+  }
+  if (frame.own_sections != nullptr) {
+    const auto types = frame.own_sections->names();
+    if (std::find(types.begin(), types.end(), name) != types.end()) {
+      return fmt::format("this section holds the keys of {}.type: {}, but {}.type is {}; remove it or change {}.type",
+                         frame.prefix, name, frame.prefix, frame.chosen_type, frame.prefix);
+    }
+  }
+  if (!frame.chosen.empty()) {
+    return fmt::format("{} has no key '{}'{}", frame.chosen, name,
+                       close.empty() ? fmt::format("; it takes: {}", fmt::join(frame.keys, ", ")) : maybe);
+  }
+  if (!close.empty()) return "unknown key" + maybe;
+  return fmt::format("unknown key '{}' in section '{}'; known keys: {}", name, frame.prefix, fmt::join(frame.keys, ", "));
 }
 
 void YamlReader::check_top_level() {
@@ -199,11 +242,13 @@ void YamlReader::typed(TypedOptions& value, const TypeCatalog& catalog, TypedLay
     const auto names = catalog.names();
     return std::find(names.begin(), names.end(), s) != names.end();
   };
-  std::string type = value.type();
+  const std::string default_type = value.type();
+  std::string type = default_type;
   field("type", type, known);
   if (type != value.type()) value = TypedOptions(type, catalog.make(type));
   frame.chosen = fmt::format("{} type '{}'", catalog.kind, type);
   frame.chosen_type = type;
+  drop_old_type_keys(frame, catalog, layout, default_type);
   if (layout == TypedLayout::kBeside) {
     visit_type(value, frame.prefix, frame.node);
     return;
@@ -211,6 +256,45 @@ void YamlReader::typed(TypedOptions& value, const TypeCatalog& catalog, TypedLay
   frame.own_sections = &catalog;
   if (value.options().keys().empty()) return;
   section(type.c_str(), [&] { visit_type(value, top().prefix, top().node); });
+}
+
+// After a --set of `<section>.type` that switched the type the file chose (or left at
+// `default_type`): the file's keys of the old type that the new one lacks are not read, and one note
+// names them. Keys given on the command line are never dropped: for the wrong type they stay errors.
+void YamlReader::drop_old_type_keys(Frame& frame, const TypeCatalog& catalog, TypedLayout layout,
+                                    const std::string& default_type) {
+  const std::string type_path = join(frame.prefix, "type");
+  const Override* set = overrides_.find(type_path);
+  if (set == nullptr || !set->replaced_file || !frame.node.IsMap()) return;
+  const std::string old = set->file_value.IsScalar() ? set->file_value.Scalar() : default_type;
+  const auto names = catalog.names();
+  if (old == frame.chosen_type || std::find(names.begin(), names.end(), old) == names.end()) return;
+  std::vector<std::string> dropped;
+  if (layout == TypedLayout::kOwnSection) {
+    const YAML::Node section = child(frame.node, old);  // the old type's keys, in a section of its name
+    if (section.IsDefined() && !overrides_.touches(join(frame.prefix, old))) {
+      frame.dropped.insert(old);
+      if (section.IsMap() && section.size() > 0) {
+        for (const auto& kv : section) dropped.push_back(old + "." + kv.first.Scalar());
+      } else {
+        dropped.push_back(old);
+      }
+    }
+  } else {
+    const auto old_keys = catalog.make(old)->keys(), new_keys = catalog.make(frame.chosen_type)->keys();
+    auto has = [](const std::vector<std::string>& keys, const std::string& k) {
+      return std::find(keys.begin(), keys.end(), k) != keys.end();
+    };
+    for (const auto& kv : frame.node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      if (!has(old_keys, key) || has(new_keys, key) || overrides_.covers(join(frame.prefix, key))) continue;
+      frame.dropped.insert(key);
+      dropped.push_back(key);
+    }
+  }
+  if (dropped.empty()) return;
+  notes_.push_back(fmt::format("{}: {} (was {} in {}): dropped the keys {} does not have: {}", type_path,
+                               frame.chosen_type, old, source_, frame.chosen_type, fmt::join(dropped, ", ")));
 }
 
 void YamlReader::typed_list(const char* key, std::vector<TypedOptions>& list, const TypeCatalog& catalog) {
@@ -230,7 +314,7 @@ void YamlReader::typed_list(const char* key, std::vector<TypedOptions>& list, co
     if (!item["type"].IsDefined()) {
       fail(item, at, fmt::format("missing 'type' (one of: {})", fmt::join(catalog.names(), ", ")));
     }
-    frames_.push_back(std::make_shared<Frame>(Frame{item, at, {}, "", "", nullptr}));
+    frames_.push_back(std::make_shared<Frame>(item, at));
     TypedOptions value;
     typed(value, catalog, TypedLayout::kBeside);
     check_unknown_keys(top());

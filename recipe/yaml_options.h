@@ -3,10 +3,12 @@
 // YamlReader reads each visited key from a YAML tree, checks it against its Rule and reports any
 // problem with the file, the key path and the line (`recipe.yaml: optimizer.lr at line 12: expected
 // a positive number, got "fast"`); a value that came from --set is reported as such. Keys a section
-// does not name are errors that list the keys it has. Registered types (models, data sets,
-// transforms, schedules) are read through their TypeCatalog: `type` picks the type, whose own
-// options then declare and check its keys; their errors are rethrown with the key path and line.
-// YamlWriter prints every visited key (the resolved config).
+// does not name are errors that suggest the closest known key (`train.epoch: unknown key; did you
+// mean epochs?`) or list the keys it has. Registered types (models, data sets, transforms,
+// schedules) are read through their TypeCatalog: `type` picks the type, whose own options then
+// declare and check its keys; their errors are rethrown with the key path and line. When a --set
+// switched the type, the file's keys that only the old type has are dropped, with one note naming
+// them (notes()). YamlWriter prints every visited key (the resolved config).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/options.h"
+#include "recipe/overrides.h"
 
 namespace stoker {
 
@@ -44,7 +47,8 @@ enum class TypedLayout {
 
 class YamlReader : public OptionsVisitor {
  public:
-  YamlReader(YAML::Node root, std::string source, std::set<std::string> overridden);
+  // `overrides`: what --set put into `root` (apply_overrides).
+  YamlReader(YAML::Node root, std::string source, AppliedOverrides overrides = {});
 
   void field(const char* key, bool& value, const Rule& rule = rules::boolean()) override;
   void field(const char* key, int64_t& value, const Rule& rule) override;
@@ -60,11 +64,15 @@ class YamlReader : public OptionsVisitor {
   void typed_list(const char* key, std::vector<TypedOptions>& list, const TypeCatalog& catalog);
   // Top-level keys that are not sections are errors.
   void check_top_level();
+  // One line per registered type a --set switched that dropped the file's keys of the old type.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   struct Frame;
   Frame& top();
   void visit_type(TypedOptions& value, const std::string& path, const YAML::Node& at);
+  void drop_old_type_keys(Frame& frame, const TypeCatalog& catalog, TypedLayout layout, const std::string& default_type);
+  std::string unknown_key_message(const Frame& frame, const std::string& name) const;
   template <typename T>
   void read_field(const char* key, T& value, const Rule& rule);
   void check_unknown_keys(const Frame& frame);
@@ -76,7 +84,8 @@ class YamlReader : public OptionsVisitor {
   void read_list(const YAML::Node& node, const std::string& path, std::vector<T>& out, const Rule& rule) const;
 
   std::string source_;
-  std::set<std::string> overridden_;
+  AppliedOverrides overrides_;
+  std::vector<std::string> notes_;
   std::vector<std::shared_ptr<Frame>> frames_;
 };
 

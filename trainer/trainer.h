@@ -171,8 +171,9 @@ class Trainer {
   // ---- checkpoints ----
   // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
   void save_checkpoint(const std::filesystem::path& path);
-  // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint.
-  void load_checkpoint(const std::filesystem::path& path);
+  // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint. Without
+  // `optimizer_state` the optimizer keeps its fresh state (a run resumed with another optimizer.type).
+  void load_checkpoint(const std::filesystem::path& path, bool optimizer_state = true);
 
   // ---- access ----
   const TrainerOptions& options() const { return options_; }

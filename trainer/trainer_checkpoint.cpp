@@ -52,9 +52,9 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) {
   stoker::save_checkpoint(path, module(), *optimizer_, content, checkpoint_parts());
 }
 
-void Trainer::load_checkpoint(const std::filesystem::path& path) {
-  const CheckpointContent content =
-      stoker::load_checkpoint(path, module(), optimizer_.get(), options_.device, checkpoint_parts());
+void Trainer::load_checkpoint(const std::filesystem::path& path, bool optimizer_state) {
+  const CheckpointContent content = stoker::load_checkpoint(
+      path, module(), optimizer_state ? optimizer_.get() : nullptr, options_.device, checkpoint_parts());
   STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
                "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
                "with the data.batch_size and data set the run was started with",

@@ -195,6 +195,7 @@ TEST(TrainerCli, UnwritableRunDirectoryIsAClearError) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("cannot create the run directory /proc/stoker-cannot-write-here"),
             std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[check"), std::string::npos) << r.output;  // the source location is for the log file
 }
 
 TEST(TrainerCli, PrintConfigShowsTheResolvedValues) {
@@ -202,6 +203,34 @@ TEST(TrainerCli, PrintConfigShowsTheResolvedValues) {
                                "/configs/fashion_mnist.yaml --set optimizer.lr=0.03 --print-config");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("optimizer:\n  type: sgd\n  momentum: 0.9\n  nesterov: true\n  lr: 0.03\n"), std::string::npos) << r.output;
+}
+
+// A registered type switched on the command line: the recipe's keys of the old type are dropped and
+// named (as a comment above the printed config, which stays a valid recipe); a key of the old type
+// given on the command line is an error; a whole section may be given as a mapping.
+TEST(TrainerCli, SetSwitchesARegisteredType) {
+  const std::string recipe = std::string(STOKER_SOURCE_DIR) + "/configs/fashion_mnist.yaml";
+  Result r = run_trainer("--config " + recipe + " --set optimizer.type=adamw --print-config");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "# optimizer.type: adamw (was sgd in " + recipe +
+                                "): dropped the keys adamw does not have: momentum, nesterov\n");
+  EXPECT_CONTAINS(r.output, "optimizer:\n  type: adamw\n  betas: [0.9, 0.999]\n  eps: 1e-08\n  lr: 0.2\n");
+  EXPECT_EQ(r.output.find("momentum:"), std::string::npos) << r.output;
+
+  r = run_trainer("--config " + recipe + " --set optimizer.type=adamw --set optimizer.momentum=0.9 --print-config");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: --set optimizer.momentum: optimizer type 'adamw' has no key 'momentum'; it takes:");
+
+  r = run_trainer("--config " + recipe + " --set 'optimizer={type: adamw, lr: 0.002}' --print-config");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "# optimizer: the whole section from --set; dropped the keys " + recipe +
+                                " gave it: type, lr, momentum, nesterov, weight_decay (keys not given take their "
+                                "defaults)\n");
+  EXPECT_CONTAINS(r.output, "  lr: 0.002\n  weight_decay: 0.0005\n");
+
+  r = run_trainer("--config " + recipe + " --set train.epoch=3 --print-config");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: --set train.epoch: unknown key; did you mean epochs?\n");
 }
 
 TEST(TrainerCli, PrintConfigWithTheFlagFormsAndSubcommands) {

@@ -91,6 +91,27 @@ TEST(Schedule, ApplicationsRegisterTheirOwn) {
                   "unknown schedule type 'nonesuch'; known: constant, cosine, one_cycle, step");
 }
 
+// Each registered type says what its curve does (the run's "schedule:" line asks for it), after the
+// linear warm-up where one applies; a type that says nothing is named.
+TEST(Schedule, EachTypeDescribesItself) {
+  ScheduleOptions cosine = make_schedule("cosine");
+  cosine.warmup_epochs = 0.5;
+  EXPECT_EQ(describe_schedule(cosine), "0.5 warm-up epoch(s), then cosine down to 0 x lr");
+  ScheduleOptions step = make_schedule("step");
+  step.curve.as<StepKeys>().milestones = {3, 6};
+  EXPECT_EQ(describe_schedule(step), "step: lr x 0.1 at epoch(s) 3, 6");
+  EXPECT_EQ(describe_schedule(make_schedule("one_cycle")),
+            "one_cycle: lr / 25 up to lr over 0.3 of the steps, then down to lr / 250000");
+  ScheduleOptions constant = make_schedule("constant");
+  constant.warmup_epochs = 1;
+  EXPECT_EQ(describe_schedule(constant), "1 warm-up epoch(s), then constant");
+  // Checks against the run's length come from the type too.
+  const ScheduleType type = schedule_registry().get("step");
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { type.check_run(step.curve.options(), 0, 6); }),
+                  "schedule.milestones[1] (6) must be within the run: at least schedule.warmup_epochs (0) and "
+                  "below train.epochs (6)");
+}
+
 // ---- against PyTorch (tests/golden/schedule_golden.h) ----------------------------------------
 
 ScheduleOptions options_of(const golden::ScheduleGolden& c) {

@@ -115,17 +115,41 @@ TEST(Config, AKeyThatIsNotANameIsAClearError) {
 
 TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_EQ(error_of("optimizer:\n  lr: 0.1\n  momentun: 0.9\n"),
-            "recipe.yaml: optimizer.momentun at line 3: optimizer type 'sgd' has no key 'momentun'; it "
-            "takes: decay_norm_and_bias, implementation, lr, lr_reference_batch, momentum, nesterov, type, "
-            "weight_decay");
+            "recipe.yaml: optimizer.momentun at line 3: optimizer type 'sgd' has no key 'momentun'; did you "
+            "mean momentum?");
   // Keys of another optimizer type are not silently ignored.
   EXPECT_EQ(error_of("optimizer:\n  type: sgd\n  betas: [0.9, 0.99]\n"),
             "recipe.yaml: optimizer.betas at line 3: optimizer type 'sgd' has no key 'betas'; it takes: "
             "decay_norm_and_bias, implementation, lr, lr_reference_batch, momentum, nesterov, type, "
             "weight_decay");
-  const std::string msg = error_of("trainer:\n  epochs: 3\n");
-  EXPECT_NE(msg.find("recipe.yaml: trainer at line 1: unknown section 'trainer'; known sections:"),
+  EXPECT_EQ(error_of("trainer:\n  epochs: 3\n"),
+            "recipe.yaml: trainer at line 1: unknown section 'trainer'; did you mean train?");
+  const std::string msg = error_of("optimiser:\n  lr: 0.1\nexperiment: {}\n");
+  EXPECT_NE(msg.find("recipe.yaml: optimiser at line 1: unknown section 'optimiser'; did you mean optimizer?"),
             std::string::npos) << msg;
+  EXPECT_NE(error_of("experiment: {}\n").find("recipe.yaml: experiment at line 1: unknown section 'experiment'; "
+                                               "known sections: checkpoint, data, logging, model, optimizer, run, "
+                                               "schedule, train"),
+            std::string::npos);
+}
+
+// A misspelt key names the closest known one (within an edit or two, or a key it starts), in the file
+// and on the command line alike; with nothing close, the keys of the section are listed.
+TEST(Config, AnUnknownKeySuggestsTheClosestKnownOne) {
+  EXPECT_EQ(error_of("", {"train.epoch=3"}), "--set train.epoch: unknown key; did you mean epochs?");
+  EXPECT_EQ(error_of("train:\n  epochs: 3\n  lable_smoothing: 0.1\n"),
+            "recipe.yaml: train.lable_smoothing at line 3: unknown key; did you mean label_smoothing?");
+  EXPECT_EQ(error_of("schedule:\n  warmup: 1\n"),
+            "recipe.yaml: schedule.warmup at line 2: schedule type 'cosine' has no key 'warmup'; did you mean "
+            "warmup_epochs?");
+  EXPECT_EQ(error_of("", {"optimizer.Momentum=0.5"}),
+            "--set optimizer.Momentum: optimizer type 'sgd' has no key 'Momentum'; did you mean momentum?");
+  EXPECT_EQ(error_of("", {"data.synthetic.hieght=8", "data.type=synthetic"}),
+            "--set data.synthetic.hieght: unknown key; did you mean height?");
+  // Nothing close: the known keys.
+  EXPECT_EQ(error_of("checkpoint: {keep: 3}\n"),
+            "recipe.yaml: checkpoint.keep at line 1: unknown key 'keep' in section 'checkpoint'; known keys: "
+            "best_metric, every_steps, save_best, save_last");
 }
 
 TEST(Config, TransformListsAreReadAndChecked) {
@@ -311,7 +335,8 @@ TEST(Config, SetOverridesAnyKeyAndIsChecked) {
   EXPECT_NE(error_of("", {"optimizer.lrr=1"}).find("--set optimizer.lrr: optimizer type 'sgd' has no key 'lrr'"),
             std::string::npos);
   EXPECT_EQ(error_of("", {"epochs=3"}),
-            "--set epochs=3: expected section.key=value (e.g. train.epochs=3)");
+            "--set epochs=3: expected section.key=value (e.g. train.epochs=3), or a whole section as a mapping "
+            "(e.g. --set 'optimizer={type: adamw, lr: 0.002}')");
   EXPECT_EQ(error_of("", {"train.epochs"}),
             "--set train.epochs: expected key.path=value, e.g. --set optimizer.lr=0.05");
 }
