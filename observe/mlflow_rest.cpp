@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
@@ -37,7 +38,7 @@ std::string env(const char* name) {
   return value != nullptr ? value : "";
 }
 
-// MLflow's error body is {"error_code": "...", "message": "..."}; anything else is shown as it is.
+// MLflow's error body is {"error_code": "...", "message": "..."}; anything else is shown on one line.
 std::string server_message(const std::string& body) {
   try {
     const Json json = Json::parse(body);
@@ -46,7 +47,15 @@ std::string server_message(const std::string& body) {
     }
   } catch (const Json::exception&) {
   }
-  return body.size() > 300 ? body.substr(0, 300) + "..." : body;
+  std::string text;  // not MLflow's answer (a proxy's or another server's page): on one line, cut
+  for (const char c : body) {
+    if (!std::isspace(static_cast<unsigned char>(c))) {
+      text += c;
+    } else if (!text.empty() && text.back() != ' ') {
+      text += ' ';
+    }
+  }
+  return text.size() > 200 ? text.substr(0, 200) + "..." : text;
 }
 
 bool has_error_code(const std::string& body, const char* code) {
