@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/setup.sh: idempotent set-up for the data-pipeline benchmark (Stoker issue 3) and the tests
-# that compare with Python (torchvision, TensorBoard's event reader).
+# that compare with Python (torchvision, TensorBoard's event reader, MLflow's server and client).
 # Installs bench/requirements.txt into Stoker's libtorch venv ($STOKER_CACHE/venv-torch-2.11.0)
 # without touching its torch, Debian's libjpeg-turbo-progs (tjbench) when tjbench is missing, and
 # Debian's chromium (the headless render of `trainer report`, suite ReportBrowser) when it is missing.
@@ -14,8 +14,8 @@ py="$venv/bin/python"
 torch_version() { "$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null; }
 before="$(torch_version)"
 
-if "$py" -c 'import torchvision, PIL, numpy, tensorboard' 2>/dev/null; then
-  echo "setup: torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)') and tensorboard $("$py" -c 'import tensorboard; print(tensorboard.__version__)') already in $venv"
+if "$py" -c 'import torchvision, PIL, numpy, tensorboard, mlflow' 2>/dev/null; then
+  echo "setup: torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)'), tensorboard $("$py" -c 'import tensorboard; print(tensorboard.__version__)') and mlflow $("$py" -c 'import mlflow; print(mlflow.__version__)') already in $venv"
 else
   # The constraint keeps pip from ever swapping torch (torchvision 0.26.0 requires exactly 2.11.0).
   echo "torch==$before" > "$venv/bench-constraints.txt"

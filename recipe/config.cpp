@@ -157,6 +157,13 @@ void visit_logging(Config& c, V& v) {
   v.field("telemetry", c.logging.telemetry);
   v.field("telemetry_interval_s", c.logging.telemetry_interval_s, positive());
   v.field("flops", c.logging.flops);
+  v.section("mlflow", [&] {
+    v.field("tracking_uri", c.logging.mlflow.tracking_uri,
+            matching("(https?://[^/\\s]+(/\\S*)?)?", "the http:// or https:// address of an MLflow tracking server "
+                     "(e.g. http://127.0.0.1:5000), or \"\" for none"));
+    v.field("experiment", c.logging.mlflow.experiment, described("an MLflow experiment name (\"\": run.name)"));
+    v.field("run_name", c.logging.mlflow.run_name, described("an MLflow run name (\"\": <run.name>/<timestamp>)"));
+  });
 }
 
 // Every key Stoker reads is named here once; the reader, the writer and the checks all use it.

@@ -73,12 +73,20 @@ struct TrainOptions {
   int64_t max_nonfinite_skips = 10;
 };
 
+// logging.mlflow: send the run to an MLflow tracking server (observe/mlflow.h).
+struct MlflowLoggingOptions {
+  std::string tracking_uri;  // http(s)://host:port of `mlflow server`; empty (the default): off
+  std::string experiment;    // empty: run.name; created when the server has none of that name
+  std::string run_name;      // empty: <run.name>/<timestamp>, as the run directory is named
+};
+
 // What a run records beyond metrics.jsonl and the log (README "Watching a run").
 struct LoggingOptions {
   bool tensorboard = true;            // event files in <run>/tb/ (trainer/tensorboard.h)
   bool telemetry = true;              // GPU telemetry from NVML (trainer/telemetry.h); CUDA only
   double telemetry_interval_s = 1.0;  // seconds between NVML samples (averaged per logged step)
   bool flops = true;                  // count the model's FLOPs at start: TFLOP/s and MFU (models/flops.h)
+  MlflowLoggingOptions mlflow;
 };
 
 struct Config {

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "observe/console.h"
 #include "observe/metrics_file.h"
+#include "observe/mlflow.h"
 #include "observe/telemetry.h"
 #include "observe/tensorboard.h"
 #include "recipe/factory.h"
@@ -19,6 +20,24 @@ Efficiency measure_efficiency(const Config& config, const data::InputShape& shap
   torch::nn::AnyModule model = make_model(config, shape.channels);
   return measure_efficiency(model, shape, device, config.train.precision);
 }
+
+namespace {
+
+// logging.mlflow as the MLflow sink's options: the experiment defaults to run.name and the run's name
+// to the run directory's <run.name>/<timestamp>; the params are the resolved config.
+MlflowOptions mlflow_options(const Config& config, const fs::path& run_dir) {
+  const MlflowLoggingOptions& mlflow = config.logging.mlflow;
+  MlflowOptions options;
+  options.set_tracking_uri(mlflow.tracking_uri)
+      .set_experiment(mlflow.experiment.empty() ? config.run.name : mlflow.experiment)
+      .set_run_name(mlflow.run_name.empty() ? config.run.name + "/" + run_dir.filename().string() : mlflow.run_name);
+  options.params = flatten_params(config_to_yaml(config));
+  options.tags = run_tags(run_dir);
+  options.artifacts = run_artifacts(run_dir);
+  return options;
+}
+
+}  // namespace
 
 std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config, const fs::path& run_dir,
                                                bool live_progress, const Efficiency& efficiency,
@@ -39,6 +58,12 @@ std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& c
     auto tensorboard = std::make_shared<TensorBoardSink>(run_dir / "tb");
     logger().info("TensorBoard: {} (tensorboard --logdir {})", tensorboard->writer().path().string(), config.run.dir);
     metrics->add_sink(tensorboard);
+  }
+  if (!config.logging.mlflow.tracking_uri.empty()) {
+    const MlflowOptions mlflow = mlflow_options(config, run_dir);
+    logger().info("MLflow: sending the run to {} (experiment '{}', run '{}')", mlflow.tracking_uri, mlflow.experiment,
+                  mlflow.run_name);
+    metrics->add_sink(std::make_shared<MlflowSink>(mlflow));
   }
   trainer.add_callback(metrics);
   return metrics;

@@ -21,7 +21,8 @@ namespace stoker {
 Efficiency measure_efficiency(const Config& config, const data::InputShape& shape, torch::Device device);
 
 // The run's MetricsLogger: metrics.jsonl and the console always, TensorBoard with
-// logging.tensorboard (<run_dir>/tb/), GPU telemetry with logging.telemetry on CUDA. Added to
+// logging.tensorboard (<run_dir>/tb/), MLflow with logging.mlflow.tracking_uri, GPU telemetry with
+// logging.telemetry on CUDA. Added to
 // `trainer`; returned so that the caller can add sinks of its own.
 std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config,
                                                const std::filesystem::path& run_dir, bool live_progress,

@@ -241,6 +241,26 @@ TEST(Config, LoggingSectionAndIdxClassNames) {
             std::string::npos);
 }
 
+TEST(Config, LoggingMlflowKeys) {
+  const Config defaults = parse_config("", "r.yaml");
+  EXPECT_EQ(defaults.logging.mlflow.tracking_uri, "");  // off
+  EXPECT_EQ(defaults.logging.mlflow.experiment, "");
+  EXPECT_EQ(defaults.logging.mlflow.run_name, "");
+  const Config c = parse_config("logging:\n  mlflow: {tracking_uri: 'http://127.0.0.1:5000', experiment: mnist, "
+                                "run_name: first}\n", "r.yaml");
+  EXPECT_EQ(c.logging.mlflow.tracking_uri, "http://127.0.0.1:5000");
+  EXPECT_EQ(c.logging.mlflow.experiment, "mnist");
+  EXPECT_EQ(c.logging.mlflow.run_name, "first");
+  const Config again = parse_config(config_to_yaml(c), "saved.yaml");  // written and read back
+  EXPECT_EQ(again.logging.mlflow.tracking_uri, "http://127.0.0.1:5000");
+  EXPECT_EQ(again.logging.mlflow.run_name, "first");
+  EXPECT_EQ(parse_config(config_to_yaml(defaults), "saved.yaml").logging.mlflow.tracking_uri, "");
+  EXPECT_EQ(error_of("logging:\n  mlflow:\n    tracking_uri: localhost:5000\n"),
+            "recipe.yaml: logging.mlflow.tracking_uri at line 3: expected the http:// or https:// address of an "
+            "MLflow tracking server (e.g. http://127.0.0.1:5000), or \"\" for none, got \"localhost:5000\"");
+  EXPECT_CONTAINS(error_of("logging:\n  mlflow: {uri: 'http://x'}\n"), "logging.mlflow.uri");
+}
+
 TEST(Config, InvalidYamlNamesLineAndColumn) {
   const std::string msg = error_of("run:\n  name: [unclosed\n");
   EXPECT_NE(msg.find("recipe.yaml: invalid YAML at line"), std::string::npos) << msg;
