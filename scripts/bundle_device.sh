@@ -71,6 +71,9 @@ done
 exit $status
 SH
 chmod +x "$OUT/bin/stoker_tests"
+# The one-command GPU pass (../shared/GPU_CHECKLIST.md): stoker_gpu_pass [OUT_DIR] writes a summary.
+cp scripts/gpu_pass.sh "$OUT/bin/stoker_gpu_pass"
+chmod +x "$OUT/bin/stoker_gpu_pass"
 
 # --- Libraries. Left to the device: glibc's, the C++ runtime's and whatever torch's wheels ship
 # (libgomp in torch/lib, libcudart in nvidia/cu13/lib, ...).
@@ -227,4 +230,4 @@ if compgen -G "$OUT/bin/stoker_tests_*" >/dev/null; then
     || die "'stoker_tests --gtest_list_tests' fails with only the bundle and torch"
   echo "bundle_device: the stoker_tests_* binaries list $(grep -c '^  ' <<<"$tests") tests"
 fi
-echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && stoker_tests"
+echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && stoker_gpu_pass \$OUT"

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <torch/cuda.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 #include <png.h>
@@ -133,6 +135,23 @@ const char* trainer_bin() { return from_env("STOKER_TRAINER_BIN", kBuiltTrainerB
 int shell(const std::string& command) {
   const int status = std::system(command.c_str());
   return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+}
+
+std::string cuda_missing(bool kernels) {
+  if (!torch::cuda::is_available()) {
+    return torch::cuda::device_count() == 0 ? "needs CUDA: no GPU on this machine" : "needs CUDA: libtorch has no CUDA";
+  }
+#ifndef STOKER_WITH_CUDA
+  if (kernels) return "needs CUDA: Stoker was built without its CUDA parts";
+#else
+  (void)kernels;
+#endif
+  return "";
+}
+
+bool cuda_required() {
+  const char* value = std::getenv("STOKER_REQUIRE_CUDA");
+  return value != nullptr && std::string(value) == "1";
 }
 
 }  // namespace stoker::testing

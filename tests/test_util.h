@@ -15,7 +15,26 @@
   EXPECT_NE(std::string(text).find(part), std::string::npos)                                 \
       << "'" << (text) << "' lacks '" << (part) << "'"
 
+// A test that needs CUDA: skipped, saying why, where there is none; with STOKER_REQUIRE_CUDA=1 in the
+// environment (a GPU machine's run, ../shared/GPU_CHECKLIST.md) that is a failure instead, so that a
+// GPU pass that quietly skips cannot look green. `kernels`: it also needs Stoker's own CUDA kernels.
+#define STOKER_NEEDS_CUDA() STOKER_NEEDS_CUDA_IMPL(false)
+#define STOKER_NEEDS_CUDA_KERNELS() STOKER_NEEDS_CUDA_IMPL(true)
+#define STOKER_NEEDS_CUDA_IMPL(kernels)                                                              \
+  if (const std::string stoker_why_ = ::stoker::testing::cuda_missing(kernels); !stoker_why_.empty()) { \
+    if (::stoker::testing::cuda_required()) {                                                          \
+      FAIL() << stoker_why_ << "; STOKER_REQUIRE_CUDA=1 makes a skipped GPU test a failure";          \
+    }                                                                                                  \
+    GTEST_SKIP() << stoker_why_;                                                                       \
+  }
+
 namespace stoker::testing {
+
+// Why a CUDA test cannot run here ("" when it can): no GPU, libtorch without CUDA, or (`kernels`)
+// this build without Stoker's CUDA parts.
+std::string cuda_missing(bool kernels = false);
+// Whether STOKER_REQUIRE_CUDA=1 is set.
+bool cuda_required();
 
 // Runs `f` and returns the message of the stoker::Error it throws (fails the test if none).
 template <typename F>

@@ -389,7 +389,7 @@ TEST(Loader, InputDtypeOnlyRoundsTheFloat32Result) {
 }
 
 TEST(LoaderGpu, PinnedBuffersAndPrefetchMatchTheCpuPath) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  STOKER_NEEDS_CUDA();
   LoaderOptions o = plain(8, 3);
   o.seed = 2;
   o.workers = 2;

@@ -181,8 +181,7 @@ TEST(PreprocessImages, RejectsBadInputWithClearMessages) {
 
 #define STOKER_NEED_CUDA()                                                                               \
   do {                                                                                                   \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";              \
-    if (!preprocess_has_cuda_kernel()) GTEST_SKIP() << "needs CUDA: Stoker was built without its kernels"; \
+    STOKER_NEEDS_CUDA_KERNELS();                                                                          \
   } while (false)
 
 TEST(PreprocessGpu, FusedKernelMatchesTheReference) {

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "golden/optim_golden.h"
 #include "models/compact_resnet.h"
@@ -25,9 +27,9 @@ torch::Tensor gradient(const torch::Tensor& p, int t) {
 }
 
 // Must match make_params() in tests/golden/optim_golden.py.
-std::vector<torch::Tensor> make_params() {
-  torch::Tensor p0 = ((torch::arange(12, torch::kFloat32).reshape({3, 4}) - 5.5) * 0.1).requires_grad_();
-  torch::Tensor p1 = torch::linspace(-0.3, 0.3, 4, torch::kFloat32).requires_grad_();
+std::vector<torch::Tensor> make_params(torch::Device device = torch::kCPU) {
+  torch::Tensor p0 = ((torch::arange(12, torch::kFloat32).reshape({3, 4}) - 5.5) * 0.1).to(device).requires_grad_();
+  torch::Tensor p1 = torch::linspace(-0.3, 0.3, 4, torch::kFloat32).to(device).requires_grad_();
   return {p0, p1};
 }
 
@@ -64,18 +66,32 @@ std::unique_ptr<torch::optim::Optimizer> build(const Case& c, const std::vector<
 }
 
 // Five steps with the learning rate lowered by 10% of the base each step, as the Python script does.
-std::vector<float> run(const Case& c, OptimizerImpl impl) {
-  std::vector<torch::Tensor> p = make_params();
+// On `device`; `loss_scale` > 0: the gradients come multiplied by it (fp16-mixed), and the step at
+// `inf_step` (if any) has an inf gradient, which the optimizer must skip.
+std::vector<float> run(const Case& c, OptimizerImpl impl, torch::Device device = torch::kCPU, double loss_scale = 0,
+                       int inf_step = -1) {
+  std::vector<torch::Tensor> p = make_params(device);
   auto opt = build(c, p, impl);
   const double base = c.type == "sgd" ? 0.1 : 0.01;
-  for (int t = 0; t < 5; ++t) {
-    set_learning_rate(*opt, base * (1.0 - 0.1 * t));
-    for (auto& x : p) x.mutable_grad() = gradient(x, t);
-    opt->step();
+  auto* amp = dynamic_cast<AmpStepOptimizer*>(opt.get());
+  for (int t = 0, taken = 0; t < 5 + (inf_step >= 0); ++t) {
+    set_learning_rate(*opt, base * (1.0 - 0.1 * taken));
+    for (auto& x : p) x.mutable_grad() = gradient(x.cpu(), taken).to(device);
+    if (loss_scale <= 0) {
+      opt->step();
+      ++taken;
+      continue;
+    }
+    const torch::Tensor scale = torch::full({}, loss_scale, torch::TensorOptions().device(device));
+    for (auto& x : p) x.mutable_grad().mul_(loss_scale);
+    if (t == inf_step) p[1].mutable_grad()[0] = std::numeric_limits<float>::infinity();
+    const torch::Tensor found_inf = torch::full({1}, t == inf_step ? 1.0f : 0.0f, torch::TensorOptions().device(device));
+    amp->step_amp(scale, found_inf);
+    taken += t != inf_step;
   }
   std::vector<float> out;
   for (const auto& x : p) {
-    const torch::Tensor flat = x.detach().flatten().contiguous();
+    const torch::Tensor flat = x.detach().cpu().flatten().contiguous();
     out.insert(out.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
   }
   return out;
@@ -83,6 +99,28 @@ std::vector<float> run(const Case& c, OptimizerImpl impl) {
 
 const char* impl_name(OptimizerImpl impl) {
   return impl == OptimizerImpl::kFused ? "fused" : impl == OptimizerImpl::kForeach ? "foreach" : "reference";
+}
+
+// On a GPU, the fused kernels (with their learning rate as a device tensor) reproduce PyTorch's
+// goldens too; and under fp16-mixed, gradients multiplied by the loss scale and one step with an inf
+// gradient (found_inf set: skipped, as the loss scaler asks) end at the same values.
+TEST(OptimizersCuda, FusedKernelsOnTheGpuMatchTheGoldensWithLossScalingAndASkippedStep) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (const Case& c : cases()) {
+    const auto golden = std::find_if(golden::optimizer_goldens().begin(), golden::optimizer_goldens().end(),
+                                     [&](const auto& g) { return g.name == c.name; });
+    ASSERT_NE(golden, golden::optimizer_goldens().end());
+    const std::vector<double>& want = golden->values;
+    for (const auto& [scale, inf_step] : {std::pair<double, int>{0, -1}, {1024, 2}}) {
+      const std::vector<float> got = run(c, OptimizerImpl::kFused, gpu, scale, inf_step);
+      ASSERT_EQ(got.size(), want.size()) << c.name;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])))
+            << c.name << " on cuda:0, loss scale " << scale << ", value " << i;
+      }
+    }
+  }
 }
 
 // All three implementations agree with each other to float32 rounding (1e-6).

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "test_util.h"
+
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -32,7 +34,7 @@ TEST(CudaGraphStep, OnTheCpuItIsDisabledAndNeverRunsTheStep) {
 // recording) and replayed, every later call only replays: the step's effects follow each batch. A
 // batch of another shape is left to the caller.
 TEST(CudaGraphStep, CapturesTheStepOnceAndReplaysItOnEachBatch) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  STOKER_NEEDS_CUDA();
   const torch::Device gpu(torch::kCUDA, 0);
   const auto f32 = torch::TensorOptions().device(gpu);
   torch::Tensor sum = torch::zeros({4}, f32);  // state the step updates in place, as an optimizer does
@@ -61,7 +63,7 @@ TEST(CudaGraphStep, CapturesTheStepOnceAndReplaysItOnEachBatch) {
 // the graph's private memory pool back to the caching allocator (issue #12): what the step
 // allocated during the capture is returned by empty_cache, not kept for a graph that never was.
 TEST(CudaGraphStep, AFailedCaptureGivesItsMemoryPoolBack) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  STOKER_NEEDS_CUDA();
   namespace allocator = c10::cuda::CUDACachingAllocator;
   const torch::Device gpu(torch::kCUDA, 0);
   const auto reserved = [] {

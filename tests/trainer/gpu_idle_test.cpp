@@ -25,7 +25,7 @@ TEST(GpuIdle, OffCudaTheMeterIsInactiveAndMeasuresNothing) {
 // Steps of GPU work issued back to back leave the GPU busy; the same steps with the host sleeping
 // between them (a starved input pipeline) leave it idle for most of the time.
 TEST(GpuIdle, HostPausesBetweenStepsAreMeasuredAsIdle) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: the meter reads CUDA events";
+  STOKER_NEEDS_CUDA();
   const torch::Device device(torch::kCUDA, 0);
   GpuIdleMeter meter(device);
   ASSERT_TRUE(meter.active());

@@ -417,7 +417,7 @@ TEST_F(TrainerTest, CudaGraphWithoutCudaTrainsEagerly) {
 // On a GPU: the graph-captured step gives the same parameters as eager steps on the same batches
 // (rtol 1e-3: cuDNN may pick other algorithms on the capture stream).
 TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  STOKER_NEEDS_CUDA();
   const torch::Device gpu(torch::kCUDA, 0);
   for (const char* precision : {"fp32", "bf16-mixed", "fp16-mixed"}) {
     Config c = config(32);
@@ -451,7 +451,7 @@ TEST_F(MixedPrecisionTest, CudaGraphStepMatchesEagerSteps) {
 // static gradients, which are zeroed in place first, so it does not add the last replay's gradient
 // to its own (issue #12): the parameters still equal an eager run's.
 TEST_F(MixedPrecisionTest, CudaGraphThenShortBatchEqualsEagerSteps) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs CUDA: no GPU on this machine";
+  STOKER_NEEDS_CUDA();
   const torch::Device gpu(torch::kCUDA, 0);
   Config c = config(48);  // 640 samples: 13 batches of 48 and one of 16
   c.run.device = "cuda";
