@@ -20,6 +20,22 @@ torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
 
 
 namespace {
+
+// Puts the process-wide TF32 settings back as they were when it goes away.
+class KeepTf32 {
+ public:
+  KeepTf32() : cublas_(at::globalContext().allowTF32CuBLAS()), cudnn_(at::globalContext().allowTF32CuDNN()) {}
+  ~KeepTf32() {
+    at::globalContext().setAllowTF32CuBLAS(cublas_);
+    at::globalContext().setAllowTF32CuDNN(cudnn_);
+  }
+  KeepTf32(const KeepTf32&) = delete;
+  KeepTf32& operator=(const KeepTf32&) = delete;
+
+ private:
+  bool cublas_, cudnn_;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -32,7 +48,8 @@ StepTime time_training_step(const Config& config, torch::Device device, const da
                "timing a training step needs a fixed input shape, got {}x{}x{}", shape.channels, shape.height,
                shape.width);
   const KeepRng keep_rng(device);
-  apply_global_precision(precision);  // TF32 as the run would have it (the run sets it again after)
+  const KeepTf32 keep_tf32;
+  apply_global_precision(precision);  // TF32 as a run in this precision has it, for the timed steps
   Config c = config;
   c.train.precision = precision;
   c.train.channels_last = channels_last;

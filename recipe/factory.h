@@ -29,12 +29,11 @@ namespace stoker {
 // The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
 torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
 
-
 // Times training steps of the recipe's model, optimizer and loss in `precision` (and
 // `channels_last`) on one synthetic batch of `shape` already on `device`: `warmup` untimed steps,
 // then up to `steps` timed ones, fewer once `budget_seconds` are spent (at least one). The model is
-// built for the purpose and dropped; the random generators are left as they were. Eager (no CUDA
-// graph), so that the step, not the capture, is timed.
+// built for the purpose and dropped; the random generators and the TF32 settings are left as they
+// were. Eager (no CUDA graph), so that the step, not the capture, is timed.
 StepTime time_training_step(const Config& config, torch::Device device, const data::InputShape& shape,
                             Precision precision, bool channels_last, int64_t warmup = 2, int64_t steps = 5,
                             double budget_seconds = 1.5);
