@@ -2,6 +2,9 @@
 // overlays with --compare, clear errors, and (suite ReportBrowser) headless Chromium rendering the
 // page to a PNG that holds far more than a blank page of the same size.
 #include "observe/report.h"
+
+#include <cmath>
+#include <limits>
 #include "observe/metrics_file.h"
 
 #include <fmt/format.h>
@@ -191,6 +194,40 @@ TEST(Report, GpuIdleAndTheDoctorsLadderWhenTheRunHasThem) {
   EXPECT_EQ(plain.find("trainer doctor"), std::string::npos);
   EXPECT_CONTAINS(testing::error_of([&] { save_ladder(LadderResult{}, dir / "missing"); }),
                   "doctor --save-to " + (dir / "missing").string() + ": no such directory");
+}
+
+// Issue 20: a diverged run (train.on_nonfinite: skip) writes a NaN loss as null; the report reads the
+// file its own writer wrote, leaves those points out of the charts and says how many there were.
+TEST(Report, ADivergedRunsNullLossesAreReadAndCounted) {
+  TempDir dir;
+  const fs::path run = dir / "diverged/1";
+  fs::create_directories(run);
+  {
+    MetricsFileSink sink(run / "metrics.jsonl");
+    for (int64_t step = 1; step <= 4; ++step) {
+      StepRecord r;
+      r.step = step;
+      r.loss = step <= 2 ? 2.0 / static_cast<double>(step) : std::numeric_limits<double>::quiet_NaN();
+      r.lr = 1e4;
+      sink.step(r);
+    }
+    EpochRecord e;
+    e.step = 4;
+    e.result.train_loss = std::numeric_limits<double>::infinity();
+    e.result.test = {std::numeric_limits<double>::quiet_NaN(), 0.1, 0.5, 100};
+    sink.epoch(e);
+  }
+  EXPECT_CONTAINS(testing::read_bytes(run / "metrics.jsonl"), "\"loss\":null");
+  const RunData data = read_run(run);
+  ASSERT_EQ(data.steps.size(), 4u);
+  EXPECT_TRUE(std::isnan(data.steps[3].numbers.at("loss")));
+  EXPECT_TRUE(std::isnan(data.epochs[0].numbers.at("train_loss")));
+  const std::string html = testing::read_bytes(write_report({run, {}, {}}));
+  EXPECT_CONTAINS(html, "2 logged step(s) had a non-finite loss");
+  for (size_t at = html.find("<path d='"); at != std::string::npos; at = html.find("<path d='", at + 1)) {
+    const std::string d = html.substr(at, html.find('\'', at + 9) - at);
+    EXPECT_EQ(d.find("nan"), std::string::npos) << "a NaN drawn into a chart: " << d;
+  }
 }
 
 TEST(Report, AFolderWithoutMetricsIsAClearError) {
