@@ -122,8 +122,21 @@ void doctor_flags(CLI::App& app, Args& a) {
   value_flag(app, "--trace", a.trace, "FILE", "write the full rung's timeline there (Trace Event JSON, ui.perfetto.dev)");
   value_flag(app, "--save-to", a.save_to, "RUN_DIR",
              "also save the ladder as RUN_DIR/doctor.json, which `trainer report RUN_DIR` shows");
-  app.add_flag("--batch", a.batch, "find the batch size with the most samples/s that fits in memory");
+  app.add_flag("--batch", a.batch,
+               "measure samples/s per batch size and pick the knee (the size past which a doubling gains\n"
+               "less than --knee), with the learning rate rescaled by the recipe's rule");
   value_flag(app, "--max-batch", a.max_batch, "N", "largest batch --batch tries (default 4096)")->check(positive_whole_number());
+  value_flag(app, "--knee", a.knee, "FRACTION",
+             "--batch stops where doubling the batch gains less than this share of samples/s (default 0.1)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--check", a.check,
+               "the performance contract: exit status 1 (with the diagnosis) when the full pipeline trains\n"
+               "below --min-ratio of the device-cached ceiling, 0 otherwise");
+  value_flag(app, "--min-ratio", a.min_ratio, "FRACTION", "--check's minimum share of the ceiling (default 0.9)")
+      ->check(CLI::Range(0.01, 1.0));
+  value_flag(app, "--write", a.write_to, "FILE",
+             "write what --tune and --batch find into a copy of the recipe there (comments and order kept)");
+  app.add_flag("--in-place", a.in_place, "write what --tune and --batch find into the recipe itself");
   value_flag(app, "--memory-budget", a.memory_budget_mb, "MB",
              "memory the ladder's caches (and --batch on the CPU) may use (default: half the free memory)")
       ->check(positive_whole_number());
@@ -211,7 +224,8 @@ const Subcommand kSubcommands[] = {
      "of each, then a diagnosis computed from them: input-bound or compute-bound, where, why,\n"
      "and the remedy with its predicted effect; one JSON line last. --tune searches the\n"
      "loader's settings, --batch the batch size, both by measurement. --save-to RUN_DIR keeps\n"
-     "the ladder in that run directory (doctor.json) for `trainer report`.",
+     "the ladder in that run directory (doctor.json) for `trainer report`. --check makes it a\n"
+     "contract for CI: exit status 1 when the pipeline trains below --min-ratio of the ceiling.",
      doctor_flags, stoker::apps::doctor},
     {"report", "write an HTML report of a run (curves, config, environment)",
      "Writes one self-contained HTML page (inline SVG, no scripts, no network) of a run:\n"

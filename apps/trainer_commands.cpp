@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,7 +14,10 @@
 #include <torch/torch.h>
 
 #include "common/log.h"
+#include "doctor/autotune.h"
+#include "doctor/decisions.h"
 #include "doctor/doctor.h"
+#include "doctor/recipe_write.h"
 #include "doctor/step_bench.h"
 #include "observe/report.h"
 #include "recipe/config.h"
@@ -129,6 +133,7 @@ int train(const Args& args) {
   request.config = *config;
   if (!args.resume.empty()) request.resume = args.resume;
   request.allow_config_change = args.allow_config_change;
+  request.autotune = stoker::autotune_at_start;  // data.autotune: start
   request.live_progress = args.progress == "bar" || (args.progress == "auto" && ::isatty(STDOUT_FILENO));
   stoker::install_stop_signal_handlers();
 
@@ -273,10 +278,85 @@ int predict(const Args& args) {
   return 0;
 }
 
+namespace {
+
+stoker::TuneResult doctor_tune(const Args& args, const stoker::Config& config, int64_t memory_budget) {
+  stoker::TuneOptions tune;
+  tune.budget_seconds = args.tune_budget;
+  tune.memory_budget_bytes = memory_budget;
+  const stoker::TuneResult r = stoker::tune(config, tune);
+  std::printf("\n%s", stoker::format_tune(r).c_str());
+  nlohmann::ordered_json json;
+  json["tune_start_samples_per_s"] = r.start.samples_per_s;
+  json["tune_best_samples_per_s"] = r.best.samples_per_s;
+  json["tune_ceiling_samples_per_s"] = r.ceiling_samples_per_s;
+  json["workers"] = r.best.workers;
+  json["prefetch_factor"] = r.best.prefetch_factor;
+  json["device_prefetch"] = r.best.device_prefetch;
+  json["cache"] = std::string(stoker::data_cache_name(r.best.cache));
+  json["seconds"] = r.seconds;
+  std::printf("%s\n", json.dump().c_str());
+  std::fflush(stdout);
+  return r;
+}
+
+stoker::BatchChoice doctor_batch(const Args& args, const stoker::Config& config, int64_t memory_budget,
+                                 stoker::BatchSweepResult& sweep) {
+  stoker::BatchSweepOptions o;
+  o.max_batch = args.max_batch;
+  o.memory_budget_bytes = memory_budget;
+  sweep = stoker::batch_sweep(config, o);
+  const stoker::BatchChoice choice = stoker::choose_batch(config, sweep.trials, args.knee);
+  std::printf("\n%s", stoker::format_batch_sweep(config, sweep, choice).c_str());
+  std::fflush(stdout);
+  return choice;
+}
+
+std::string today_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y-%m-%d", &tm);
+  return date;
+}
+
+// --write FILE / --in-place: the tune's winner and the batch's knee written into the recipe's text,
+// with a comment saying when and what measured them.
+void write_tuned(const Args& args, const stoker::LadderContext& machine, const stoker::TuneResult* tune,
+                 const stoker::BatchChoice* batch, const stoker::BatchSweepResult* sweep) {
+  const std::filesystem::path out = args.in_place ? std::filesystem::path(args.config) : std::filesystem::path(args.write_to);
+  std::vector<std::string> measured;
+  if (tune != nullptr) {
+    measured.push_back(fmt::format("tune {:.1f} -> {:.1f} samples/s ({:.2f} of the device-cached ceiling)",
+                                   tune->start.samples_per_s, tune->best.samples_per_s,
+                                   tune->best.samples_per_s / std::max(1e-9, tune->ceiling_samples_per_s)));
+  }
+  if (batch != nullptr && batch->batch_size > 0) {
+    for (const stoker::BatchTrial& t : sweep->trials) {
+      if (t.batch_size == batch->batch_size) {
+        measured.push_back(fmt::format("batch knee {} ({:.1f} samples/s, --knee {:g})", t.batch_size, t.samples_per_s, args.knee));
+      }
+    }
+  }
+  const std::string comment =
+      fmt::format("trainer doctor{}{}, {} UTC, measured on {} ({} cores): {}", tune ? " --tune" : "", batch ? " --batch" : "",
+                  today_utc(), machine.device, machine.cores, fmt::join(measured, "; "));
+  const stoker::RecipeEdit edit =
+      stoker::write_recipe(args.config, out, stoker::tuned_values(tune, batch, machine.device != "cpu"), comment);
+  std::printf("\nwrote %s%s\n", out.c_str(), edit.changes.empty() ? " (no value changed; the comment says when it was measured)" : ":");
+  for (const std::string& change : edit.changes) std::printf("  %s\n", change.c_str());
+}
+
+}  // namespace
+
 int doctor(const Args& args) {
   const std::optional<stoker::Config> loaded = load_or_print(args);
   if (!loaded) return 0;
   const stoker::Config& config = *loaded;
+  STOKER_CHECK(args.write_to.empty() || !args.in_place, "doctor: give --write FILE or --in-place, not both");
+  STOKER_CHECK((args.write_to.empty() && !args.in_place) || args.tune || args.batch,
+               "doctor: --write and --in-place write what --tune or --batch finds; add one of them");
   const int64_t budget = args.memory_budget_mb * 1000 * 1000;
   stoker::DoctorOptions options;
   options.steps = args.doctor_steps;
@@ -292,30 +372,23 @@ int doctor(const Args& args) {
     const std::filesystem::path saved = stoker::save_ladder(ladder, args.save_to);
     stoker::logger().info("doctor: saved the ladder to {}; `trainer report {}` shows it", saved.string(), args.save_to);
   }
-  if (args.tune) {
-    stoker::TuneOptions tune;
-    tune.budget_seconds = args.tune_budget;
-    tune.memory_budget_bytes = budget;
-    const stoker::TuneResult r = stoker::tune(config, tune);
-    std::printf("\n%s", stoker::format_tune(r).c_str());
-    nlohmann::ordered_json json;
-    json["tune_start_samples_per_s"] = r.start.samples_per_s;
-    json["tune_best_samples_per_s"] = r.best.samples_per_s;
-    json["tune_ceiling_samples_per_s"] = r.ceiling_samples_per_s;
-    json["workers"] = r.best.workers;
-    json["prefetch_factor"] = r.best.prefetch_factor;
-    json["device_prefetch"] = r.best.device_prefetch;
-    json["cache"] = std::string(stoker::data_cache_name(r.best.cache));
-    json["seconds"] = r.seconds;
-    std::printf("%s\n", json.dump().c_str());
-    std::fflush(stdout);
+  std::optional<stoker::TuneResult> tuned;
+  if (args.tune) tuned = doctor_tune(args, config, budget);
+  std::optional<stoker::BatchChoice> knee;
+  stoker::BatchSweepResult sweep;
+  if (args.batch) knee = doctor_batch(args, config, budget, sweep);
+  if (!args.write_to.empty() || args.in_place) {
+    write_tuned(args, ladder.context, tuned ? &*tuned : nullptr, knee ? &*knee : nullptr, &sweep);
   }
-  if (args.batch) {
-    stoker::BatchSweepOptions sweep;
-    sweep.max_batch = args.max_batch;
-    sweep.memory_budget_bytes = budget;
-    const stoker::BatchSweepResult r = stoker::batch_sweep(config, sweep);
-    std::printf("\n%s", stoker::format_batch_sweep(config, r).c_str());
+  if (args.check) {
+    // Last, so that a CI log shows the verdict at its end; the diagnosis is above it.
+    const stoker::ContractVerdict verdict = stoker::check_contract(ladder.rungs, args.min_ratio);
+    std::printf("\n%s\n", verdict.line.c_str());
+    if (!verdict.kept) {
+      std::printf("diagnosis:\n");
+      for (const std::string& line : ladder.diagnosis.lines) std::printf("  %s\n", line.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -28,6 +28,11 @@ struct Args {
   std::string trace;                   // doctor: timeline of the full rung
   std::string save_to;                 // doctor --save-to: a run directory for doctor.json
   int64_t max_batch = 4096;            // doctor --batch
+  double knee = 0.1;                   // doctor --batch: the gain per doubling under which it stops
+  bool check = false;                  // doctor --check: the performance contract
+  double min_ratio = 0.9;              // doctor --check: the minimum share of the ceiling
+  std::string write_to;                // doctor --write: a copy of the recipe with the tuned values
+  bool in_place = false;               // doctor --in-place: the recipe itself
   int64_t memory_budget_mb = 0;        // doctor: caches (and --batch on the CPU); 0 = half the free memory
   std::string checkpoint;              // eval, predict
   int64_t top = 5;                     // predict

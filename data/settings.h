@@ -44,6 +44,13 @@ struct DataSettings {
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
   bool pin_memory = true;       // pinned batch buffers when training on CUDA
   DataCache cache = DataCache::kNone;  // keep samples in memory (`trainer doctor` says when it pays)
+  // off | start. start: before a new run's first epoch, workers, prefetch_factor, device_prefetch and
+  // cache are searched by measurement (`trainer doctor --tune` on the run's loader and model), within
+  // autotune_budget_s seconds and autotune_max_share of the run's estimated length, and the winner
+  // trained with; a resumed run keeps the values its start chose (docs/doctor.md).
+  std::string autotune = "off";
+  double autotune_budget_s = 60;
+  double autotune_max_share = 0.05;
   BadSamples on_bad_sample = BadSamples::kSkip;
   // JPEG/PNG files whose header claims more pixels are bad samples, refused before decoding
   // (decompression bombs); Pillow's default.

@@ -13,7 +13,8 @@
 // Each rung takes `warmup` untimed steps and then `steps` timed ones. diagnose() turns the numbers
 // into words: input-bound or compute-bound, the transition that loses most and why, and the remedy
 // with its predicted effect. tune() searches the loader's settings by measurement; batch_sweep()
-// finds the throughput-maximising batch size. Everything is measured, nothing is assumed.
+// measures samples/s per batch size, and choose_batch (doctor/decisions.h) picks the knee from it.
+// Everything is measured, nothing is assumed.
 #pragma once
 
 #include <cstdint>
@@ -123,6 +124,11 @@ struct TuneOptions {
   int64_t max_workers = 0;      // 0 = twice the cores, at most 32
   // Memory a data.cache trial's whole split may take; 0 = half of the memory available now.
   int64_t memory_budget_bytes = 0;
+  // > 0 (data.autotune: start): the run the tune is for trains this many epochs; once the starting
+  // settings are measured the budget also becomes at most max_share of that run at their samples/s
+  // (autotune_budget, doctor/decisions.h).
+  double run_epochs = 0;
+  double max_share = 1;
 };
 struct TuneTrial {
   int64_t workers = 0, prefetch_factor = 0, device_prefetch = 0;
@@ -137,6 +143,8 @@ struct TuneResult {
   std::vector<TuneTrial> trials;  // in the order they ran, the start first
   double ceiling_samples_per_s = 0;  // device-cached: what no input setting can beat
   double seconds = 0;
+  double budget_seconds = 0;      // the budget the search ran under (options', or the run's share)
+  double estimated_run_seconds = 0;  // with run_epochs: the run at the starting settings' samples/s
   bool reached_ceiling = false;   // stopped because best came within 2% of the ceiling
   std::string set_line() const;   // "--set data.workers=4 --set ..."
   std::string yaml() const;       // the same as a YAML fragment
@@ -155,7 +163,7 @@ struct BatchTrial {
   bool fits = true;           // false: out of device memory, or over the CPU memory budget
   double samples_per_s = 0;
   double peak_bytes = 0;      // CUDA: peak reserved by the caching allocator; CPU: peak resident set
-  double lr = 0;              // the learning rate the linear scaling rule gives for this size
+  double lr = 0;              // optimizer.lr for this size by the recipe's rule (rescale_lr, doctor/decisions.h)
   std::string note;
 };
 struct BatchSweepOptions {
@@ -172,6 +180,9 @@ struct BatchSweepResult {
 // Trains device-cached steps at batch sizes min_batch, 2x, 4x, ... until one does not fit, the
 // budget is spent or max_batch is reached.
 BatchSweepResult batch_sweep(const Config& config, const BatchSweepOptions& options);
-std::string format_batch_sweep(const Config& config, const BatchSweepResult& result);
+// The sweep's table, marking the fastest size and `choice` (choose_batch, doctor/decisions.h), and
+// the choice as --set flags.
+struct BatchChoice;
+std::string format_batch_sweep(const Config& config, const BatchSweepResult& result, const BatchChoice& choice);
 
 }  // namespace stoker

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "data/cache.h"
+#include "doctor/decisions.h"
 #include "doctor/doctor.h"
 #include "doctor/detail.h"
 #include "recipe/factory.h"
@@ -45,7 +46,7 @@ struct Tuner {
   TuneResult result;
   clock_type::time_point start = clock_type::now();
 
-  bool out_of_time() const { return since(start) >= options.budget_seconds; }
+  bool out_of_time() const { return since(start) >= result.budget_seconds; }
   bool at_ceiling() const { return result.best.samples_per_s >= kWithinCeiling * result.ceiling_samples_per_s; }
   bool tried(const TuneTrial& t) const {
     return std::any_of(result.trials.begin(), result.trials.end(), [&](const TuneTrial& o) {
@@ -167,6 +168,7 @@ void search_cache(Tuner& t) {
 TuneResult tune(const Config& config, const TuneOptions& options) {
   STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
   Tuner t(config, options);
+  t.result.budget_seconds = options.budget_seconds;
   auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
   t.result.ceiling_samples_per_s =
       doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, options.warmup, options.steps)
@@ -179,6 +181,11 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
   start.cache = t.config.data.cache;
   t.result.best = start;  // samples_per_s 0: the start's measurement replaces it
   t.result.start = t.run(start);
+  if (options.run_epochs > 0) {
+    t.result.estimated_run_seconds = options.run_epochs * static_cast<double>(t.bench.dataset->size()) /
+                                     std::max(1e-9, t.result.start.samples_per_s);
+    t.result.budget_seconds = autotune_budget(options.budget_seconds, options.max_share, t.result.estimated_run_seconds);
+  }
   search_workers(t);
   search_prefetch(t);
   search_cache(t);
@@ -283,7 +290,7 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
   c.data.batch_size = batch;
   BatchTrial trial;
   trial.batch_size = batch;
-  trial.lr = effective_lr(base) * static_cast<double>(batch) / static_cast<double>(base.data.batch_size);
+  trial.lr = rescale_lr(base, batch).lr;
   reset_peak_memory(device);
   auto loader = make_loader(c, std::move(dataset), device, "train");
   auto cached = doctor::device_cached_source(*loader, 2);
@@ -364,22 +371,23 @@ BatchSweepResult batch_sweep(const Config& recipe, const BatchSweepOptions& o) {
   return result;
 }
 
-std::string format_batch_sweep(const Config& config, const BatchSweepResult& r) {
-  std::string out = fmt::format("batch sweep (device-cached steps; learning rate by the linear scaling rule from "
-                                "{} at batch {}):\n",
-                                effective_lr(config), config.data.batch_size);
+std::string format_batch_sweep(const Config& config, const BatchSweepResult& r, const BatchChoice& choice) {
+  std::string out = fmt::format("batch sweep (device-cached steps; optimizer.lr {:.4g} at batch {}, rescaled per size "
+                                "by the recipe's rule):\n",
+                                config.optimizer.lr, config.data.batch_size);
   out += fmt::format("{:>7} {:>10} {:>12} {:>10}  {}\n", "batch", "samples/s", "peak memory", "lr", "");
   for (const BatchTrial& t : r.trials) {
+    std::string mark = t.fits ? "" : t.note;
+    if (t.fits && t.batch_size == choice.batch_size) mark = "<- knee";
+    if (t.fits && t.batch_size == r.best_batch) mark += mark.empty() ? "<- fastest" : ", fastest";
     out += fmt::format("{:>7} {:>10} {:>9.1f} MB {:>10.4g}  {}\n", t.batch_size,
-                       t.fits ? fmt::format("{:.1f}", t.samples_per_s) : "-", t.peak_bytes / 1e6, t.lr,
-                       t.fits ? (t.batch_size == r.best_batch ? "<- fastest" : "") : t.note);
+                       t.fits ? fmt::format("{:.1f}", t.samples_per_s) : "-", t.peak_bytes / 1e6, t.lr, mark);
   }
   out += fmt::format("stopped: {}\n", r.stopped_because);
-  if (r.best_batch > 0) {
-    const double lr = effective_lr(config) * static_cast<double>(r.best_batch) / static_cast<double>(config.data.batch_size);
-    out += fmt::format("fastest: --set data.batch_size={} --set optimizer.lr={:.4g} (check accuracy: larger batches "
-                       "may need warm-up and more epochs)\n",
-                       r.best_batch, lr);
+  for (const std::string& line : choice.lines) out += line + "\n";
+  if (choice.batch_size > 0) {
+    out += fmt::format("knee: {} (check accuracy: larger batches may need warm-up and more epochs)\n",
+                       choice.set_line());
   }
   return out;
 }

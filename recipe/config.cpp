@@ -74,6 +74,9 @@ void visit_data(Config& c, V& v) {
   v.field("max_image_pixels", c.data.max_image_pixels, at_least(1));
   choice(v, "cache", c.data.cache,
          {{"none", data::DataCache::kNone}, {"raw", data::DataCache::kRaw}, {"decoded", data::DataCache::kDecoded}});
+  v.field("autotune", c.data.autotune, one_of({"off", "start"}));
+  v.field("autotune_budget_s", c.data.autotune_budget_s, positive());
+  v.field("autotune_max_share", c.data.autotune_max_share, number("a share of the run in (0, 1]", 0, 1, true));
   choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
   v.typed_list("train_transforms", c.data.train_transforms, transforms);
   v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
@@ -330,7 +333,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std:
 
 bool breaks_exactness(const std::string& key) {
   static const std::set<std::string> loader_only = {"data.workers", "data.prefetch_factor", "data.device_prefetch",
-                                                    "data.pin_memory"};
+                                                    "data.pin_memory", "data.autotune", "data.autotune_budget_s",
+                                                    "data.autotune_max_share"};
   static const std::set<std::string> exact = {"optimizer.type", "train.epochs", "train.accumulate_steps",
                                               "train.effective_batch_size", "train.precision", "run.seed"};
   auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };

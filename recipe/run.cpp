@@ -121,6 +121,37 @@ void keep_resumed_precision(Config& config, const ResumeSource& source) {
                 source.checkpoint.string());
 }
 
+// data.autotune on resume: the loader settings the run's start tuned (its saved config holds them) are
+// kept, not tuned again.
+void keep_autotuned(Config& config, const ResumeSource& source) {
+  if (config.data.autotune == "off" || !source.saved) return;
+  const data::DataSettings& saved = source.saved->data;
+  config.data.workers = saved.workers;
+  config.data.prefetch_factor = saved.prefetch_factor;
+  config.data.device_prefetch = saved.device_prefetch;
+  config.data.cache = saved.cache;
+  logger().info("data.autotune: {}: keeping the loader settings the run's start tuned, as {} holds them: "
+                "workers {}, prefetch_factor {}, device_prefetch {}, cache {}",
+                config.data.autotune, source.checkpoint.string(), saved.workers, saved.prefetch_factor,
+                saved.device_prefetch,
+                saved.cache == data::DataCache::kNone ? "none" : data::cache_level_name(data::cache_level_of(saved.cache)));
+}
+
+// data.autotune: start on a new run: the request's hook tunes the loader settings (one process only).
+std::optional<AutotuneOutcome> autotune_new_run(const TrainRequest& request, Config& config,
+                                                const Distributed& distributed) {
+  if (config.data.autotune != "start") return std::nullopt;
+  STOKER_CHECK(request.autotune, "data.autotune: start needs the doctor: this program does not set "
+               "TrainRequest::autotune (stoker::autotune_at_start, doctor/autotune.h); set data.autotune: off");
+  STOKER_CHECK(distributed.world_size() == 1,
+               "data.autotune: start tunes one process's loader, and this run has {} ranks; tune on one of "
+               "its machines with `trainer doctor --config RECIPE --tune --write RECIPE` and set data.autotune: off",
+               distributed.world_size());
+  AutotuneOutcome out = request.autotune(config);
+  config = out.config;
+  return out;
+}
+
 // Compares the config a run is resumed with to the one saved in its checkpoint: refuses changes
 // that break exactness unless allowed, and another model.type always; returns one line per
 // difference for the log.
@@ -272,8 +303,11 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   if (resume) {
     resume_from = resume->checkpoint;
     keep_resumed_precision(config, *resume);
+    keep_autotuned(config, *resume);
     config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
+  std::optional<AutotuneOutcome> tuned;
+  if (!resume) tuned = autotune_new_run(request, config, distributed);
   TrainingSetup setup = make_training(config, distributed);
   config = setup.config;  // train.precision: auto resolved
   Trainer& trainer = *setup.trainer;
@@ -286,6 +320,10 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
     attach_log_file(outcome.run_dir / "train.log");
   }
   for (const std::string& note : request.config_notes) logger().info("{}", note);
+  if (tuned) {
+    logger().info("{}", tuned->line);
+    if (writes) write_file_atomically(outcome.run_dir / "doctor.json", tuned->doctor_json);
+  }
   const int64_t resumed_step =
       start_or_resume(trainer, config, resume, config_changes, writes ? outcome.run_dir : fs::path());
   if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);

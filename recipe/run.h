@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@
 
 namespace stoker {
 
+// What data.autotune: start did before the first epoch (TrainRequest::autotune).
+struct AutotuneOutcome {
+  Config config;            // the run's config with the tuned loader settings
+  std::string line;         // before and after, in one line, for the log
+  std::string doctor_json;  // the run directory's doctor.json (what `trainer report` shows)
+};
+
 struct TrainRequest {
   Config config;
   // A run directory or a checkpoint file to continue. `config` is compared with the config saved in
@@ -30,6 +38,11 @@ struct TrainRequest {
   // How `config` was made (parse_config's notes: keys a --set type switch dropped), logged once the
   // run's log file is open, so that train.log holds them too.
   std::vector<std::string> config_notes;
+  // data.autotune: start, called once before a new run's first epoch with its config (a resumed run
+  // keeps the values its saved config holds instead). recipe/ cannot call the doctor, which comes
+  // after it: programs that link the doctor set it to stoker::autotune_at_start (doctor/autotune.h),
+  // as `trainer` does; a run asking for autotune without it is an error.
+  std::function<AutotuneOutcome(const Config&)> autotune;
   // Under a launcher: the process group's options (its timeout; bench/dist_sync_bench.cpp compares
   // the gradient-sync variants with them).
   distributed::ProcessGroupOptions process_group;

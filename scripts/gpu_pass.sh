@@ -77,7 +77,7 @@ step doctor trainer doctor --config configs/starved_toy.yaml --set data.workers=
 sed -n '/^rung/,/^(stage/p;/^diagnosis:/,/^{/p' "$OUT_DIR/doctor.log" | grep -v '^{' | sed 's/^/   /' | tee -a "$SUMMARY"
 step doctor_batch trainer doctor --config bench/step_resnet50.yaml --batch --max-batch 2048 \
   --set train.precision=bf16-mixed --set train.channels_last=true
-grep -E '^ +[0-9]+ |fastest:|stopped:' "$OUT_DIR/doctor_batch.log" | sed 's/^/   /' | tee -a "$SUMMARY"
+grep -E '^ +[0-9]+ |knee|fastest|stopped:' "$OUT_DIR/doctor_batch.log" | sed 's/^/   /' | tee -a "$SUMMARY"
 
 say "GPU pass: $([ $status -eq 0 ] && echo OK || echo 'FAILED (see the logs above)')"
 exit $status

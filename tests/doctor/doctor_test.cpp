@@ -3,6 +3,11 @@
 // real steps, so CTest runs them alone, RUN_SERIAL, see tests/CMakeLists.txt).
 #include "doctor/doctor.h"
 
+#include <nlohmann/json.hpp>
+
+#include "doctor/autotune.h"
+#include "recipe/run.h"
+
 #include <map>
 #include <set>
 
@@ -351,6 +356,75 @@ TEST(DoctorLadder, TheProgramPrintsTheTableTheDiagnosisAndJson) {
                            "input-bound", "\"input_bound\":true"}) {
     EXPECT_CONTAINS(text, part);
   }
+}
+
+// The performance contract on the starved toy recipe: starved (a 20 ms read per sample, no workers:
+// about 0.15 of the ceiling on 2 cores) breaks it, exit status 1 with the diagnosis; fed (the same
+// recipe with a free read: about 0.99) keeps it. The minimum, 0.4, is far from both, so that a busy
+// machine does not flip either verdict.
+TEST(DoctorLadder, CheckExitsOneOnTheStarvedToyAndZeroWhenItIsFed) {
+  TempDir dir;
+  const std::string out = (dir / "out.txt").string();
+  const std::string command = fmt::format("'{}' doctor --config '{}/configs/starved_toy.yaml' --steps 4 --check "
+                                          "--min-ratio 0.4 --set data.batch_size=32 --set data.synthetic.cpu_cost_us=",
+                                          STOKER_TRAINER_BIN, STOKER_SOURCE_DIR);
+  const int starved = stoker::testing::shell(fmt::format("{}20000 > '{}' 2>&1", command, out));
+  const std::string starved_text = stoker::testing::read_bytes(out);
+  EXPECT_EQ(starved, 1) << starved_text;
+  EXPECT_CONTAINS(starved_text, "contract broken: the full pipeline trains");
+  EXPECT_CONTAINS(starved_text, "(below the minimum of 0.40)");
+  EXPECT_CONTAINS(starved_text, "diagnosis:\n  input-bound");
+  const int fed = stoker::testing::shell(fmt::format("{}0 > '{}' 2>&1", command, out));
+  const std::string fed_text = stoker::testing::read_bytes(out);
+  EXPECT_EQ(fed, 0) << fed_text;
+  EXPECT_CONTAINS(fed_text, "contract kept: the full pipeline trains");
+}
+
+// --batch --write: the knee goes into a copy of the recipe, with the comment that says what measured it.
+TEST(DoctorLadder, BatchWritesTheKneeIntoACopyOfTheRecipe) {
+  TempDir dir;
+  const std::string recipe = (dir / "recipe.yaml").string();
+  stoker::testing::write_bytes(recipe, "# my recipe\n" + config_to_yaml(synthetic_config(dir, 0, 0)));
+  const std::string written = (dir / "tuned.yaml").string();
+  const std::string out = (dir / "out.txt").string();
+  const std::string command = fmt::format("'{}' doctor --config '{}' --steps 2", STOKER_TRAINER_BIN, recipe);
+  ASSERT_EQ(stoker::testing::shell(fmt::format("{} --write '{}' > '{}' 2>&1", command, written, out)), 1);
+  EXPECT_CONTAINS(stoker::testing::read_bytes(out), "--write and --in-place write what --tune or --batch finds");
+  ASSERT_EQ(stoker::testing::shell(fmt::format("{} --batch --max-batch 32 --write '{}' > '{}' 2>&1", command, written, out)), 0)
+      << stoker::testing::read_bytes(out);
+  const std::string text = stoker::testing::read_bytes(written);
+  EXPECT_EQ(text.rfind("# my recipe\n# trainer doctor --batch, ", 0), 0u) << text;
+  EXPECT_CONTAINS(text, "measured on cpu (");
+  const Config tuned = load_config(written);
+  const std::string printed = stoker::testing::read_bytes(out);
+  EXPECT_CONTAINS(printed, fmt::format("knee: --set data.batch_size={}", tuned.data.batch_size));
+  EXPECT_EQ(stoker::testing::read_bytes(recipe).rfind("# my recipe\nrun:", 0), 0u);  // the recipe itself is as it was
+}
+
+// data.autotune: start on a starved recipe: the run tunes before its first epoch, within its budget,
+// trains with the winner and records it (config.yaml, doctor.json, the log). Which winner is the
+// machine's; that the run trains with what it recorded is the claim.
+TEST(DoctorLadder, AutotuneStartTrainsWithTheValuesItRecords) {
+  TempDir dir;
+  TrainRequest request;
+  request.config = synthetic_config(dir, 2000, 0);
+  request.config.data.train_limit = 512;
+  request.config.data.autotune = "start";
+  request.config.data.autotune_budget_s = 8;
+  request.config.data.autotune_max_share = 1;
+  request.autotune = autotune_at_start;
+  const TrainOutcome out = run_training(request);
+  EXPECT_EQ(out.state.epoch, 1);
+  const auto doctor = nlohmann::json::parse(stoker::testing::read_bytes(out.run_dir / "doctor.json"));
+  const Config written = load_config(out.run_dir / "config.yaml");
+  EXPECT_EQ(written.data.workers, doctor["workers"].get<int64_t>());
+  EXPECT_EQ(data_cache_name(written.data.cache), doctor["autotune_cache"].get<std::string>());
+  EXPECT_EQ(written.data.prefetch_factor, doctor["autotune_prefetch_factor"].get<int64_t>());
+  EXPECT_GT(doctor["autotune_best_samples_per_s"].get<double>(), 0);
+  EXPECT_LE(doctor["autotune_budget_seconds"].get<double>(), 8);
+  // The budget is checked between trials: one trial may run past it.
+  EXPECT_LT(doctor["autotune_seconds"].get<double>(), 8 + 10);
+  EXPECT_CONTAINS(stoker::testing::read_bytes(out.run_dir / "train.log"), "data.autotune: start: workers 0");
 }
 
 // The timeline of the full rung has a track for every loader worker, with their stages on them.
