@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -287,8 +288,29 @@ std::string doctor_bars(const MetricsRecord& d) {
                      kWidth, y + 8, kWidth, y + 8, bars);
 }
 
-// The doctor's ladder (doctor.json, written by `trainer doctor --save-to RUN_DIR`): the bars, the
-// table and the diagnosis; "" when the run has none.
+// How well each epoch was fed: its samples/s as a share of the doctor's device-cached ceiling
+// ("fed 93% of the ceiling"); "" without a ceiling or epochs that measured samples/s. (The ceiling was
+// measured on the machine and settings of doctor.json: data.autotune: start measures it at the run's
+// start; `trainer doctor --save-to` wherever it ran.)
+std::string fed_line(const RunData& run) {
+  const double ceiling = doctor_number(run.doctor, "device-cached", "samples_per_s");
+  if (!(ceiling > 0)) return "";
+  std::vector<std::string> epochs;
+  for (const MetricsRecord& e : run.epochs) {
+    const auto sps = e.numbers.find("samples_per_s");
+    const auto epoch = e.numbers.find("epoch");
+    if (sps == e.numbers.end() || epoch == e.numbers.end() || !std::isfinite(sps->second)) continue;
+    epochs.push_back(fmt::format("epoch {:g}: fed {:.0f}% of the ceiling ({:.1f} samples/s)", epoch->second + 1,
+                                 100 * sps->second / ceiling, sps->second));
+  }
+  if (epochs.empty()) return "";
+  return fmt::format("<p>Against the device-cached ceiling of {:.1f} samples/s: {}</p>", ceiling,
+                     escape_html(fmt::format("{}", fmt::join(epochs, "; "))));
+}
+
+// The doctor's ladder (doctor.json, written by `trainer doctor --save-to RUN_DIR`, or by data.autotune:
+// start with the ceiling and the tuned pipeline as its device-cached and full rungs): the bars, the
+// table, how well each epoch was fed and the diagnosis; "" when the run has none.
 std::string doctor_section(const RunData& run) {
   const MetricsRecord& d = run.doctor;
   if (d.numbers.empty() && d.strings.empty()) return "";
@@ -306,9 +328,9 @@ std::string doctor_section(const RunData& run) {
                                   : std::string("compute-bound");
   return fmt::format("<div class='chart'>{}</div><table><tr><th>rung</th><th>samples/s</th>"
                      "<th>vs device-cached</th><th>waiting for data</th></tr>{}</table><p>{} ({}, batch {:g}, "
-                     "{:g} worker(s))</p><pre style='white-space:pre-wrap'>{}</pre>",
+                     "{:g} worker(s))</p>{}<pre style='white-space:pre-wrap'>{}</pre>",
                      doctor_bars(d), rows, escape_html(verdict), escape_html(text("device")),
-                     doctor_number(d, "", "batch_size"), doctor_number(d, "", "workers"),
+                     doctor_number(d, "", "batch_size"), doctor_number(d, "", "workers"), fed_line(run),
                      escape_html(text("diagnosis")));
 }
 

@@ -196,6 +196,23 @@ TEST(Report, GpuIdleAndTheDoctorsLadderWhenTheRunHasThem) {
                   "doctor --save-to " + (dir / "missing").string() + ": no such directory");
 }
 
+// Issue 23: with a ceiling in doctor.json (data.autotune: start measures one at the run's start), the
+// report says how well each epoch was fed: its samples/s as a share of the ceiling.
+TEST(Report, EachEpochIsFedAShareOfTheDoctorsCeiling) {
+  TempDir dir;
+  fs::create_directories(dir / "r");
+  std::ofstream(dir / "r" / "metrics.jsonl") << R"({"kind":"epoch","epoch":0,"step":4,"samples_per_s":930})" << "\n"
+                                             << R"({"kind":"epoch","epoch":1,"step":8,"samples_per_s":380.5})" << "\n";
+  std::ofstream(dir / "r" / "config.yaml") << "run:\n  name: toy\n";
+  write_doctor(dir / "r");  // its ceiling: 1000 samples/s
+  const std::string html = testing::read_bytes(write_report({dir / "r", {}, {}}));
+  EXPECT_CONTAINS(html, "<p>Against the device-cached ceiling of 1000.0 samples/s: epoch 1: fed 93% of the ceiling "
+                        "(930.0 samples/s); epoch 2: fed 38% of the ceiling (380.5 samples/s)</p>");
+  // Without the doctor's ceiling there is nothing to compare with.
+  fs::remove(dir / "r" / "doctor.json");
+  EXPECT_EQ(testing::read_bytes(write_report({dir / "r", {}, {}})).find("of the ceiling"), std::string::npos);
+}
+
 // Issue 20: a diverged run (train.on_nonfinite: skip) writes a NaN loss as null; the report reads the
 // file its own writer wrote, leaves those points out of the charts and says how many there were.
 TEST(Report, ADivergedRunsNullLossesAreReadAndCounted) {
