@@ -165,15 +165,32 @@ void search_cache(Tuner& t) {
 
 }  // namespace
 
+namespace {
+
+double measure_ceiling(Tuner& t) {
+  auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
+  return doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, t.options.warmup, t.options.steps)
+      .samples_per_s;
+}
+
+// A full pipeline measured well above the ceiling means the ceiling's measurement was slowed (another
+// process on the machine): it is measured once more, and the faster kept, so that the search does not
+// stop "at the ceiling" before it started.
+void check_ceiling(Tuner& t) {
+  if (t.result.start.samples_per_s <= 1.1 * t.result.ceiling_samples_per_s) return;
+  const double again = measure_ceiling(t);
+  logger().info("doctor --tune: the starting settings measured {:.1f} samples/s, above the device-cached ceiling of "
+                "{:.1f}; measured again: {:.1f}", t.result.start.samples_per_s, t.result.ceiling_samples_per_s, again);
+  t.result.ceiling_samples_per_s = std::max(t.result.ceiling_samples_per_s, again);
+}
+
+}  // namespace
+
 TuneResult tune(const Config& config, const TuneOptions& options) {
   STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
   Tuner t(config, options);
   t.result.budget_seconds = options.budget_seconds;
-  auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
-  t.result.ceiling_samples_per_s =
-      doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, options.warmup, options.steps)
-          .samples_per_s;
-  on_device.reset();
+  t.result.ceiling_samples_per_s = measure_ceiling(t);
   TuneTrial start;
   start.workers = t.config.data.workers;
   start.prefetch_factor = t.config.data.prefetch_factor;
@@ -181,6 +198,7 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
   start.cache = t.config.data.cache;
   t.result.best = start;  // samples_per_s 0: the start's measurement replaces it
   t.result.start = t.run(start);
+  check_ceiling(t);
   if (options.run_epochs > 0) {
     t.result.estimated_run_seconds = options.run_epochs * static_cast<double>(t.bench.dataset->size()) /
                                      std::max(1e-9, t.result.start.samples_per_s);
