@@ -1,0 +1,98 @@
+// data/retunable_loader.h: changing the loader's workers between batches leaves every batch as it was:
+// the same samples, in the same order, with the same augmentation (issue 23's `continuous`).
+#include "data/retunable_loader.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "data/transform_options.h"
+#include "test_util.h"
+
+namespace stoker::data {
+namespace {
+
+// 70 3-channel 6x6 images, each pixel a function of its sample and position.
+std::shared_ptr<TensorImageDataset> images() {
+  const int64_t n = 70, bytes = 6 * 6 * 3;
+  std::vector<uint8_t> pixels(n * bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t p = 0; p < bytes; ++p) pixels[i * bytes + p] = static_cast<uint8_t>((i * 7 + p * 3) % 251);
+  }
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;
+  return std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels), 6, 6, 3, 10, "images");
+}
+
+// Random crops with padding and flips: each batch depends on the augmentation seeds of its samples.
+LoaderOptions options(int64_t workers) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.seed = 11;
+  o.workers = workers;
+  o.mean = {0, 0, 0};
+  o.std = {1, 1, 1};
+  TypedOptions crop = make_transform("random_crop");
+  crop.as<RandomCropOptions>().size = 5;
+  crop.as<RandomCropOptions>().padding = 2;
+  o.transforms = {crop, make_transform("horizontal_flip")};
+  return o;
+}
+
+template <typename Source>
+std::vector<Batch> epoch_of(Source& source, int64_t epoch) {
+  source.start_epoch(epoch);
+  std::vector<Batch> out;
+  while (auto b = source.next()) out.push_back(*b);
+  return out;
+}
+
+void expect_same(const std::vector<Batch>& got, const std::vector<Batch>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t b = 0; b < want.size(); ++b) {
+    EXPECT_EQ(got[b].index, want[b].index) << what << ", batch " << b;
+    EXPECT_TRUE(torch::equal(got[b].input, want[b].input)) << what << ", batch " << b;
+    EXPECT_TRUE(torch::equal(got[b].target, want[b].target)) << what << ", batch " << b;
+  }
+}
+
+TEST(RetunableLoader, ChangingWorkersMidEpochKeepsEveryBatch) {
+  Loader reference(images(), options(0));
+  const std::vector<Batch> want0 = epoch_of(reference, 0), want1 = epoch_of(reference, 1);
+  ASSERT_EQ(want0.size(), 8u);
+
+  RetunableLoader loader(images(), options(0));
+  loader.start_epoch(0);
+  std::vector<Batch> got;
+  // 0 workers, then 3 (prefetch 4: they build ahead, and what they built is dropped at the next
+  // change), then 1, then back to 0, each after a few batches.
+  const std::vector<std::pair<int64_t, int64_t>> changes = {{3, 4}, {1, 2}, {0, 2}};
+  for (size_t c = 0; c <= changes.size(); ++c) {
+    for (int k = 0; k < 2; ++k) {
+      if (auto b = loader.next()) got.push_back(*b);
+    }
+    if (c < changes.size()) loader.set_workers(changes[c].first, changes[c].second);
+  }
+  while (auto b = loader.next()) got.push_back(*b);
+  expect_same(got, want0, "epoch 0 with three worker changes");
+  EXPECT_EQ(loader.options().workers, 0);
+  // A change between epochs, then the next epoch.
+  loader.set_workers(2, 2);
+  expect_same(epoch_of(loader, 1), want1, "epoch 1 with 2 workers");
+  // Every batch handed out is counted once, whichever loader built it.
+  const StageTimes t = loader.take_times();
+  EXPECT_EQ(t.batches, 16);
+  EXPECT_EQ(t.samples, 16 * 8);
+}
+
+TEST(RetunableLoader, TheSameSettingsChangeNothingAndBadOnesAreErrors) {
+  RetunableLoader loader(images(), options(2));
+  loader.start_epoch(0);
+  const auto first = loader.next();
+  ASSERT_TRUE(first.has_value());
+  loader.set_workers(2, 2);  // as it is
+  EXPECT_EQ(loader.next()->index, 1);
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { loader.set_workers(-1, 2); }), "workers -1 must be >= 0");
+}
+
+}  // namespace
+}  // namespace stoker::data
