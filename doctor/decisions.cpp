@@ -92,20 +92,27 @@ BatchChoice choose_batch(const Config& config, const std::vector<BatchTrial>& tr
     choice.lines.push_back("no batch size fits: nothing to choose");
     return choice;
   }
+  // The knee: the smallest size that no larger one beats by `knee` per doubling (a single slow
+  // measurement on the way up does not stop the walk).
   size_t at = 0;
-  while (at + 1 < sizes.size()) {
-    const double gain = gain_per_doubling(sizes[at], sizes[at + 1]);
+  for (; at + 1 < sizes.size(); ++at) {
+    size_t most = at + 1;
+    for (size_t t = at + 1; t < sizes.size(); ++t) {
+      if (gain_per_doubling(sizes[at], sizes[t]) > gain_per_doubling(sizes[at], sizes[most])) most = t;
+    }
+    const double gain = gain_per_doubling(sizes[at], sizes[most]);
     if (gain < knee) {
       choice.lines.push_back(fmt::format(
-          "knee at batch {}: batch {} gains {} samples/s per doubling ({:.1f} -> {:.1f}), under the knee of {}",
-          sizes[at].batch_size, sizes[at + 1].batch_size, percent(gain), sizes[at].samples_per_s,
-          sizes[at + 1].samples_per_s, percent(knee)));
+          "knee at batch {}: no larger batch gains {} samples/s per doubling over it (the most: batch {}, {}, "
+          "{:.1f} -> {:.1f})",
+          sizes[at].batch_size, percent(knee), sizes[most].batch_size, percent(gain), sizes[at].samples_per_s,
+          sizes[most].samples_per_s));
       break;
     }
-    ++at;
   }
   if (at + 1 == sizes.size()) {
-    choice.lines.push_back(fmt::format("every doubling measured gained at least {} samples/s: the largest, batch {}",
+    choice.lines.push_back(fmt::format("every smaller batch had a larger one gaining at least {} samples/s per "
+                                       "doubling: the largest measured, batch {}",
                                        percent(knee), sizes[at].batch_size));
   }
   choice.batch_size = sizes[at].batch_size;

@@ -34,10 +34,11 @@ struct BatchChoice {
   std::vector<std::string> lines;   // why this size and this rate, in words
   std::string set_line() const;     // "--set data.batch_size=64 --set optimizer.lr=0.2" ("" without a size)
 };
-// Walks the sizes that fit, smallest first, keeping only those that are a power of two or a multiple
-// of 8 (and, with train.effective_batch_size, divide it): the knee is the last size reached while each
-// step to the next larger one gains at least `knee` of samples/s per doubling ((next/this)^(1/log2 of
-// the size ratio) - 1); when every step gains that much, the largest. Then rescale_lr for it.
+// Of the sizes that fit and are a power of two or a multiple of 8 (and, with
+// train.effective_batch_size, divide it), the knee is the smallest that no larger one beats by `knee`
+// of samples/s per doubling ((larger/this)^(1/log2 of the size ratio) - 1): past it, doubling the batch
+// gains less than that. When every size has a larger one that pays, the largest. A single slow
+// measurement on the way up does not stop the walk there. Then rescale_lr for it.
 BatchChoice choose_batch(const Config& config, const std::vector<BatchTrial>& trials, double knee = kDefaultKnee);
 
 // ---- the performance contract ----
