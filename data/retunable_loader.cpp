@@ -19,7 +19,12 @@ void add(StageTimes& to, const StageTimes& t) {
 }  // namespace
 
 RetunableLoader::RetunableLoader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
-    : dataset_(std::move(dataset)), loader_(std::make_unique<Loader>(dataset_, std::move(options))) {}
+    : dataset_(std::move(dataset)), loader_(std::make_shared<Loader>(dataset_, std::move(options))) {}
+
+RetunableLoader::RetunableLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Loader> loader)
+    : dataset_(std::move(dataset)), loader_(std::move(loader)) {
+  STOKER_CHECK(dataset_ != nullptr && loader_ != nullptr, "RetunableLoader needs a data set and a loader");
+}
 
 void RetunableLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   loader_->start_epoch(epoch, first_batch);
@@ -49,8 +54,8 @@ void RetunableLoader::set_workers(int64_t workers, int64_t prefetch_factor) {
   options.workers = workers;
   options.prefetch_factor = prefetch_factor;
   add(carried_, loader_->take_times());
-  loader_.reset();  // its workers stop and its buffers go back before the new pool is allocated
-  loader_ = std::make_unique<Loader>(dataset_, std::move(options));
+  loader_.reset();  // (when no one else holds it) its workers stop before the new pool is allocated
+  loader_ = std::make_shared<Loader>(dataset_, std::move(options));
   if (epoch_ >= 0) loader_->start_epoch(epoch_, next_batch_);
 }
 

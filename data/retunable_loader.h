@@ -14,6 +14,8 @@ namespace stoker::data {
 class RetunableLoader : public BatchSource {
  public:
   RetunableLoader(std::shared_ptr<Dataset> dataset, LoaderOptions options);
+  // Starts from `loader` (built over `dataset`), whose settings it keeps until set_workers.
+  RetunableLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Loader> loader);
 
   int64_t num_batches() const override { return loader_->num_batches(); }
   int64_t num_samples() const override { return loader_->num_samples(); }
@@ -33,7 +35,7 @@ class RetunableLoader : public BatchSource {
 
  private:
   std::shared_ptr<Dataset> dataset_;
-  std::unique_ptr<Loader> loader_;
+  std::shared_ptr<Loader> loader_;
   int64_t epoch_ = -1;      // the epoch started (-1: none yet)
   int64_t next_batch_ = 0;  // the index of the batch next() hands out next
   StageTimes carried_;      // times of loaders replaced since the last take_times()

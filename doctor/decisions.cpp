@@ -151,42 +151,4 @@ double autotune_budget(double budget_s, double max_share, double estimated_run_s
   return std::min(budget_s, max_share * estimated_run_s);
 }
 
-ContinuousStep continuous_step(ContinuousState& s, const ContinuousPolicy& p, double data_wait,
-                               double samples_per_s) {
-  const int64_t cap = s.cap >= 0 ? std::min(s.cap, p.max_workers) : p.max_workers;
-  ContinuousStep step{s.workers, ""};
-  if (s.since_change >= 0) {  // judging the last change: no other until its cooldown is over
-    s.after_sum += samples_per_s;
-    if (++s.since_change < p.cooldown) return step;
-    const double after = s.after_sum / static_cast<double>(s.since_change);
-    s.since_change = -1;
-    if (after >= p.worse * s.before) return step;
-    step.why = fmt::format("workers {} -> {}: {} workers trained {:.1f} samples/s against {:.1f} before; {} stays "
-                           "the most",
-                           s.workers, s.previous, s.workers, after, s.before, s.previous);
-    s.cap = s.previous;
-    s.workers = step.workers = s.previous;
-    return step;
-  }
-  if (data_wait > p.starved_wait) {
-    ++s.streak;
-    s.streak_samples += samples_per_s;
-  } else if (data_wait < p.fed_wait) {
-    s.streak = 0;
-    s.streak_samples = 0;
-  }
-  if (s.streak < p.windows || s.workers >= cap) return step;
-  s.previous = s.workers;
-  s.before = s.streak_samples / static_cast<double>(s.streak);
-  s.workers = step.workers = std::min(cap, std::max<int64_t>(1, 2 * s.workers));
-  step.why = fmt::format("workers {} -> {}: the step waited for data over {:.0f}% of the time for {} windows ({:.1f} "
-                         "samples/s)",
-                         s.previous, s.workers, 100 * p.starved_wait, s.streak, s.before);
-  s.streak = 0;
-  s.streak_samples = 0;
-  s.since_change = 0;
-  s.after_sum = 0;
-  return step;
-}
-
 }  // namespace stoker

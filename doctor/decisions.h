@@ -61,35 +61,4 @@ ContractVerdict check_contract(const std::vector<RungResult>& rungs, double min_
 // samples/s), so that a 5-minute run does not spend 90 s tuning.
 double autotune_budget(double budget_s, double max_share, double estimated_run_s);
 
-// ---- data.autotune: continuous (the decision; RetunableLoader, data/retunable_loader.h, applies it) ----
-
-// When a run's logging windows say the step waits for data, add workers; never oscillate.
-struct ContinuousPolicy {
-  double starved_wait = 0.10;  // a window whose data wait share is above this counts as starved ...
-  double fed_wait = 0.05;      // ... and only one below this ends a streak (between: neither; hysteresis)
-  int64_t windows = 3;         // this many starved windows ask for more workers
-  int64_t cooldown = 5;        // windows after a change before it is judged and another may come
-  double worse = 0.95;         // a change whose samples/s over its cooldown is below this x before is undone
-  int64_t max_workers = 8;
-};
-struct ContinuousState {
-  int64_t workers = 0;          // the loader's workers now
-  int64_t cap = -1;             // the most workers to try (-1: the policy's); an undone change lowers it for good
-  int64_t streak = 0;           // starved windows counted since the last fed one
-  double streak_samples = 0;    // their samples/s, summed (what a change is judged against)
-  int64_t since_change = -1;    // windows since the change being judged; -1: none
-  int64_t previous = 0;         // the workers before that change
-  double before = 0, after_sum = 0;  // samples/s before it; summed over its cooldown
-};
-struct ContinuousStep {
-  int64_t workers = 0;  // the workers to have from now on (the state's, unless changed)
-  std::string why;      // the change in words; "" when nothing changes
-};
-// One logging window: its data wait share and samples/s. Doubles the workers (0 -> 1 -> 2 -> 4, up
-// to the cap) after `windows` starved windows, then waits `cooldown` windows and undoes the change
-// when samples/s fell (on the CPU workers take the model's cores), lowering the cap to what it was:
-// the workers only rise until a rise does not pay, and each undo is final.
-ContinuousStep continuous_step(ContinuousState& state, const ContinuousPolicy& policy, double data_wait,
-                               double samples_per_s);
-
 }  // namespace stoker

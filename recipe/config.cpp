@@ -74,7 +74,7 @@ void visit_data(Config& c, V& v) {
   v.field("max_image_pixels", c.data.max_image_pixels, at_least(1));
   choice(v, "cache", c.data.cache,
          {{"none", data::DataCache::kNone}, {"raw", data::DataCache::kRaw}, {"decoded", data::DataCache::kDecoded}});
-  v.field("autotune", c.data.autotune, one_of({"off", "start"}));
+  v.field("autotune", c.data.autotune, one_of({"off", "start", "continuous"}));
   v.field("autotune_budget_s", c.data.autotune_budget_s, positive());
   v.field("autotune_max_share", c.data.autotune_max_share, number("a share of the run in (0, 1]", 0, 1, true));
   choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});

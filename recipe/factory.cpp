@@ -1,11 +1,14 @@
 #include "recipe/factory.h"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include <torch/torch.h>
 
 #include "common/error.h"
 #include "data/cache.h"
+#include "recipe/continuous.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "trainer/keep_rng.h"
@@ -239,9 +242,22 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   setup.precision = choose_precision(config, setup.device, input_shape(config, train));
   setup.config.train.precision = setup.precision.precision;
   const Config& resolved = setup.config;
+  const std::shared_ptr<data::Dataset> train_set = train;
   setup.loaders = make_loaders(resolved, setup.device, std::move(train), {distributed.rank(), distributed.world_size()});
-  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), setup.loaders.train,
+  std::shared_ptr<data::BatchSource> train_source = setup.loaders.train;
+  std::shared_ptr<ContinuousWorkers> continuous;
+  if (resolved.data.autotune == "continuous") {
+    // The training batches come through a RetunableLoader, whose workers the callback changes between steps.
+    auto retunable = std::make_shared<data::RetunableLoader>(train_set, setup.loaders.train);
+    ContinuousPolicy policy;
+    policy.max_workers = std::max<int64_t>(1, std::min<int64_t>(policy.max_workers, 2 * static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()))));
+    continuous = std::make_shared<ContinuousWorkers>(retunable, policy, resolved.train.log_every_steps,
+                                                     resolved.run.threads, setup.device.is_cpu());
+    train_source = retunable;
+  }
+  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), train_source,
                                setup.loaders.test, setup.device, distributed.group);
+  if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).
   apply_global_precision(resolved.train.precision);
   apply_cudnn_benchmark(resolved, *setup.loaders.train, setup.device);
