@@ -44,10 +44,12 @@ struct DataSettings {
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use
   bool pin_memory = true;       // pinned batch buffers when training on CUDA
   DataCache cache = DataCache::kNone;  // keep samples in memory (`trainer doctor` says when it pays)
-  // off | start. start: before a new run's first epoch, workers, prefetch_factor, device_prefetch and
-  // cache are searched by measurement (`trainer doctor --tune` on the run's loader and model), within
-  // autotune_budget_s seconds and autotune_max_share of the run's estimated length, and the winner
-  // trained with; a resumed run keeps the values its start chose (docs/doctor.md).
+  // off | start | continuous. start: before a new run's first epoch, workers, prefetch_factor,
+  // device_prefetch and cache are searched by measurement (`trainer doctor --tune` on the run's loader
+  // and model), within autotune_budget_s seconds and autotune_max_share of the run's estimated length,
+  // and the winner trained with; a resumed run keeps the values its start chose. continuous: the
+  // workers rise between steps while the logging windows keep waiting for data (recipe/continuous.h).
+  // docs/doctor.md.
   std::string autotune = "off";
   double autotune_budget_s = 60;
   double autotune_max_share = 0.05;
