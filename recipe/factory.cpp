@@ -147,11 +147,7 @@ TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch:
   TrainerParts parts;
   parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), device);
   parts.model = std::move(model);
-  const double smoothing = config.train.label_smoothing;
-  parts.loss = [smoothing](const torch::Tensor& logits, const torch::Tensor& target) {
-    namespace F = torch::nn::functional;
-    return F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
-  };
+  parts.loss = make_loss(config.loss, config.train.label_smoothing);
   const LossScaleOptions& ls = config.train.loss_scale;
   parts.scaler = std::make_unique<GradScaler>(GradScalerOptions()
                                                   .with_init_scale(ls.init_scale)
@@ -240,8 +236,9 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   setup.config.train.precision = setup.precision.precision;
   const Config& resolved = setup.config;
   setup.loaders = make_loaders(resolved, setup.device, std::move(train), {distributed.rank(), distributed.world_size()});
-  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), setup.loaders.train,
-                               setup.loaders.test, setup.device, distributed.group);
+  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels),
+                               augment_training(resolved, setup.loaders.train, distributed.rank()), setup.loaders.test,
+                               setup.device, distributed.group);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).
   apply_global_precision(resolved.train.precision);
   apply_cudnn_benchmark(resolved, *setup.loaders.train, setup.device);
