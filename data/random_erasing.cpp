@@ -91,13 +91,24 @@ torch::Tensor apply_erasing(const std::string& mode, const torch::Tensor& input,
   bool any = false;
   for (const auto& r : rects) any = any || !r.empty();
   if (!any) return input;
-  torch::Tensor out = input.clone();
+  // Every fill made on the CPU from its sample's generator, then one copy to the device for all.
   const int64_t channels = input.size(1);
+  std::vector<torch::Tensor> fills;
   for (size_t i = 0; i < rects.size(); ++i) {
     if (rects[i].empty()) continue;
     at::Generator gen = at::detail::createCPUGenerator(splitmix64(sample_seeds[i]));
+    for (const EraseRect& r : rects[i]) fills.push_back(fill_of(mode, channels, r, gen));
+  }
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& f : fills) flat.push_back(f.reshape({-1}));
+  const torch::Tensor all = torch::cat(flat).to(input.device(), input.scalar_type());
+  torch::Tensor out = input.clone();
+  int64_t offset = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < rects.size(); ++i) {
     for (const EraseRect& r : rects[i]) {
-      const torch::Tensor fill = fill_of(mode, channels, r, gen).to(input.device(), input.scalar_type());
+      const torch::Tensor fill = all.narrow(0, offset, fills[k].numel()).view(fills[k].sizes());
+      offset += fills[k++].numel();
       out[static_cast<int64_t>(i)]
           .slice(1, r.top, r.top + r.height)
           .slice(2, r.left, r.left + r.width)

@@ -128,7 +128,7 @@ TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_NE(msg.find("recipe.yaml: optimiser at line 1: unknown section 'optimiser'; did you mean optimizer?"),
             std::string::npos) << msg;
   EXPECT_NE(error_of("experiment: {}\n").find("recipe.yaml: experiment at line 1: unknown section 'experiment'; "
-                                               "known sections: checkpoint, data, logging, model, optimizer, run, "
+                                               "known sections: checkpoint, data, logging, loss, model, optimizer, run, "
                                                "schedule, train"),
             std::string::npos);
 }
