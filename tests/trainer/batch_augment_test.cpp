@@ -95,6 +95,28 @@ TEST_F(BatchAugmentTest, MixedTargetsAreSoftAndTheLossIsAgainstThem) {
   EXPECT_EQ(augment_training(c, loaders.train), loaders.train);
 }
 
+// The operations come after the loader and draw from (seed, rank, epoch, batch/position): the same
+// batches for any worker count; another rank draws otherwise.
+TEST_F(BatchAugmentTest, SameBatchesForAnyWorkerCountAndOtherDrawsOnAnotherRank) {
+  auto batches = [&](int64_t workers, int64_t rank) {
+    Config c = config();
+    c.data.workers = workers;
+    Loaders loaders = make_loaders(c, torch::kCPU);
+    auto source = augment_training(c, loaders.train, rank);
+    source->start_epoch(1, 2);
+    std::vector<data::Batch> out;
+    for (int i = 0; i < 3; ++i) out.push_back(*source->next());
+    return out;
+  };
+  const std::vector<data::Batch> inline_built = batches(0, 0), threaded = batches(2, 0), other_rank = batches(0, 1);
+  for (size_t i = 0; i < inline_built.size(); ++i) {
+    EXPECT_EQ(inline_built[i].index, static_cast<int64_t>(i) + 2);
+    EXPECT_TRUE(torch::equal(inline_built[i].input, threaded[i].input)) << i;
+    EXPECT_TRUE(torch::equal(inline_built[i].target, threaded[i].target)) << i;
+    EXPECT_FALSE(torch::equal(inline_built[i].target, other_rank[i].target)) << i;
+  }
+}
+
 // The modern recipe runs as shipped (one epoch on a small synthetic IDX set in its place), with its
 // batch operations, stochastic depth and soft targets all on.
 TEST(ModernRecipe, OneEpochSmokeRun) {
