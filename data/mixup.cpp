@@ -47,8 +47,8 @@ CutBox minmax_box(SampleRng& rng, int64_t height, int64_t width, const std::vect
   };
   const int64_t cut_h = side(height), cut_w = side(width);
   CutBox b;
-  b.yl = rng.integer(0, std::max<int64_t>(0, height - cut_h - 1));
-  b.xl = rng.integer(0, std::max<int64_t>(0, width - cut_w - 1));
+  b.yl = rng.integer(0, height - cut_h);
+  b.xl = rng.integer(0, width - cut_w);
   b.yh = b.yl + cut_h;
   b.xh = b.xl + cut_w;
   return b;
@@ -128,9 +128,9 @@ CutBox cutmix_box(int64_t height, int64_t width, double lam, int64_t cy, int64_t
   const auto cut_w = static_cast<int64_t>(static_cast<double>(width) * ratio);
   CutBox b;
   b.yl = std::clamp<int64_t>(cy - cut_h / 2, 0, height);
-  b.yh = std::clamp<int64_t>(cy + cut_h / 2, 0, height);
+  b.yh = std::clamp<int64_t>(cy + (cut_h + 1) / 2, 0, height);
   b.xl = std::clamp<int64_t>(cx - cut_w / 2, 0, width);
-  b.xh = std::clamp<int64_t>(cx + cut_w / 2, 0, width);
+  b.xh = std::clamp<int64_t>(cx + (cut_w + 1) / 2, 0, width);
   return b;
 }
 

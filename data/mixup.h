@@ -52,8 +52,8 @@ struct CutBox {
   int64_t area() const { return (yh - yl) * (xh - xl); }
 };
 
-// timm's rand_bbox for a centre (cy, cx): sides cut = int(side * sqrt(1 - lam)), the box
-// [c - cut // 2, c + cut // 2) clipped to the image.
+// timm's rand_bbox (1.0) for a centre (cy, cx): sides cut = int(side * sqrt(1 - lam)), the box
+// [c - cut // 2, c + (cut + 1) // 2) clipped to the image.
 CutBox cutmix_box(int64_t height, int64_t width, double lam, int64_t cy, int64_t cx);
 // The share of the image outside `box`: 1 - area / (height * width) (timm's corrected lam).
 double box_lambda(const CutBox& box, int64_t height, int64_t width);

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "data/augmented_source.h"
 #include "data/tensor_batches.h"
+#include "golden/timm_golden.h"
 
 namespace stoker::data {
 namespace {
@@ -27,13 +28,40 @@ TEST(Mixup, CutmixBoxIsTimmsRandBboxByHand) {
   EXPECT_EQ(b.xl, 5);
   EXPECT_EQ(b.xh, 10);
   EXPECT_DOUBLE_EQ(box_lambda(b, 10, 10), 0.8);
-  // Not clipped: 6 x 8 at lam 0.75: sides int(3) = 3 and int(4) = 4, halves 1 and 2: a 2 x 4 box.
+  // Not clipped: 6 x 8 at lam 0.75: sides int(3) = 3 and int(4) = 4: rows [3 - 1, 3 + 2), columns
+  // [4 - 2, 4 + 2): 3 x 4 = 12 pixels, lam 1 - 12/48 = 0.75 exactly.
   const CutBox c = cutmix_box(6, 8, 0.75, 3, 4);
   EXPECT_EQ(c.yl, 2);
-  EXPECT_EQ(c.yh, 4);
+  EXPECT_EQ(c.yh, 5);
   EXPECT_EQ(c.xl, 2);
   EXPECT_EQ(c.xh, 6);
-  EXPECT_DOUBLE_EQ(box_lambda(c, 6, 8), 1.0 - 8.0 / 48.0);
+  EXPECT_DOUBLE_EQ(box_lambda(c, 6, 8), 0.75);
+}
+
+TEST(Mixup, BoxesAndTargetsEqualTimms) {
+  for (const golden::TimmBox& g : golden::kTimmBoxes) {
+    const CutBox b = cutmix_box(g.height, g.width, g.lam, g.cy, g.cx);
+    EXPECT_EQ(b.yl, g.yl) << g.height << "x" << g.width << " lam " << g.lam;
+    EXPECT_EQ(b.yh, g.yh) << g.height << "x" << g.width << " lam " << g.lam;
+    EXPECT_EQ(b.xl, g.xl) << g.height << "x" << g.width << " lam " << g.lam;
+    EXPECT_EQ(b.xh, g.xh) << g.height << "x" << g.width << " lam " << g.lam;
+    EXPECT_NEAR(box_lambda(b, g.height, g.width), g.corrected_lam, 1e-12);
+  }
+  const torch::Tensor labels = torch::tensor(golden::kTimmLabels, torch::kLong);
+  const int64_t n = labels.size(0);
+  const torch::Tensor x = torch::zeros({n, 1, 2, 2});
+  for (const golden::TimmTargets& g : golden::kTimmTargets) {
+    MixDraw d;
+    d.lam = g.lam;
+    const torch::Tensor t = apply_mix(std::vector<MixDraw>(n, d), x, labels, golden::kTimmClasses, g.smoothing).second;
+    const torch::Tensor want = torch::tensor(g.rows, torch::kFloat64).view({n, golden::kTimmClasses});
+    EXPECT_TRUE(torch::allclose(t.to(torch::kFloat64), want, 0, 1e-6)) << g.name << "\n" << t;
+  }
+  std::vector<MixDraw> elem(n);
+  for (int64_t i = 0; i < n; ++i) elem[i].lam = golden::kTimmElemLams[i];
+  const torch::Tensor t = apply_mix(elem, x, labels, golden::kTimmClasses, 0.1).second;
+  const torch::Tensor want = torch::tensor(golden::kTimmElemRows, torch::kFloat64).view({n, golden::kTimmClasses});
+  EXPECT_TRUE(torch::allclose(t.to(torch::kFloat64), want, 0, 1e-6)) << t;
 }
 
 TEST(Mixup, BatchMixupBlendsWithTheMirroredBatchAndMixesTargets) {
@@ -59,19 +87,19 @@ TEST(Mixup, BatchCutmixPastesTheBoxAndCorrectsLam) {
   const torch::Tensor y = torch::tensor({0, 1, 2, 1}, torch::kLong);
   MixDraw d;
   d.cutmix = true;
-  d.box = cutmix_box(6, 8, 0.75, 3, 4);  // rows [2, 4), columns [2, 6)
+  d.box = cutmix_box(6, 8, 0.75, 3, 4);  // rows [2, 5), columns [2, 6)
   d.lam = box_lambda(d.box, 6, 8);
   const auto [out, t] = apply_mix(std::vector<MixDraw>(4, d), x, y, 3, 0.0);
-  const torch::Tensor inside = out.slice(2, 2, 4).slice(3, 2, 6);
-  EXPECT_TRUE(torch::equal(inside, x.flip(0).slice(2, 2, 4).slice(3, 2, 6)));
+  const torch::Tensor inside = out.slice(2, 2, 5).slice(3, 2, 6);
+  EXPECT_TRUE(torch::equal(inside, x.flip(0).slice(2, 2, 5).slice(3, 2, 6)));
   torch::Tensor outside = out.clone();
-  outside.slice(2, 2, 4).slice(3, 2, 6).zero_();
+  outside.slice(2, 2, 5).slice(3, 2, 6).zero_();
   torch::Tensor orig = x.clone();
-  orig.slice(2, 2, 4).slice(3, 2, 6).zero_();
+  orig.slice(2, 2, 5).slice(3, 2, 6).zero_();
   EXPECT_TRUE(torch::equal(outside, orig));
-  // Without smoothing: lam of the own class, 1 - lam of the partner's (40/48 and 8/48).
-  EXPECT_NEAR(t[0][0].item<double>(), 40.0 / 48.0, 1e-6);
-  EXPECT_NEAR(t[0][1].item<double>(), 8.0 / 48.0, 1e-6);
+  // Without smoothing: lam of the own class, 1 - lam of the partner's (36/48 and 12/48).
+  EXPECT_NEAR(t[0][0].item<double>(), 36.0 / 48.0, 1e-6);
+  EXPECT_NEAR(t[0][1].item<double>(), 12.0 / 48.0, 1e-6);
   EXPECT_TRUE(torch::equal(x, images(4))) << "the input batch itself must not change";
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "golden/timm_golden.h"
 #include "recipe/config.h"
 
 namespace stoker {
@@ -88,6 +89,34 @@ TEST(Losses, BceTargetThresholdMakesTargetsZeroOrOne) {
   // On indices with smoothing 0.1 the off value is 0.02: below a 0.2 threshold, so back to one-hot.
   const torch::Tensor hot = F::one_hot(labels(), 5).to(torch::kFloat32);
   EXPECT_NEAR(value(bce_loss(x, labels(), 0.1, 0.2)), value(F::binary_cross_entropy_with_logits(x, hot)), 1e-6);
+}
+
+// Must match logits() in tests/golden/timm_golden.py: sin(1.3 i + 0.7) * 3, i row-major.
+torch::Tensor timm_logits() {
+  const int64_t rows = static_cast<int64_t>(golden::kTimmLabels.size()), classes = golden::kTimmClasses;
+  torch::Tensor x = torch::empty({rows, classes});
+  for (int64_t i = 0; i < rows * classes; ++i) {
+    x.view({-1})[i] = std::sin(1.3 * static_cast<double>(i) + 0.7) * 3;
+  }
+  return x;
+}
+
+TEST(Losses, EqualTimmsBinaryAndSoftTargetCrossEntropy) {
+  const torch::Tensor x = timm_logits();
+  const torch::Tensor labels = torch::tensor(golden::kTimmLabels, torch::kLong);
+  const torch::Tensor soft = torch::tensor(golden::kTimmTargets[0].rows, torch::kFloat64)
+                                 .to(torch::kFloat32)
+                                 .view({labels.size(0), golden::kTimmClasses});
+  for (const golden::TimmLoss& g : golden::kTimmLosses) {
+    TypedOptions type("cross_entropy", std::make_unique<NoOptions>());
+    if (std::string(g.type) == "bce") {
+      auto keys = std::make_unique<BceKeys>();
+      keys->target_threshold = g.target_threshold;
+      type = TypedOptions("bce", std::move(keys));
+    }
+    const LossFunction loss = make_loss(type, g.smoothing);
+    EXPECT_NEAR(value(loss(x, g.soft ? soft : labels)), g.loss, 1e-6 * std::max(1.0, std::abs(g.loss))) << g.name;
+  }
 }
 
 TEST(Losses, SoftTargetsOfTheWrongShapeAreRefused) {
