@@ -33,7 +33,8 @@ void RandomErasingSettings::check() const {
   STOKER_CHECK(min_area <= max_area, "data.random_erasing.min_area ({}) must not exceed max_area ({})", min_area,
                max_area);
   const double hi = max_aspect > 0 ? max_aspect : 1.0 / min_aspect;
-  STOKER_CHECK(min_aspect <= hi, "data.random_erasing.min_aspect ({}) must not exceed max_aspect ({})", min_aspect, hi);
+  STOKER_CHECK(min_aspect <= hi, "data.random_erasing.min_aspect ({}) must not exceed max_aspect ({}{})", min_aspect, hi,
+               max_aspect > 0 ? "" : ", which 0 makes 1 / min_aspect; set max_aspect or a min_aspect <= 1");
   STOKER_CHECK(max_count == 0 || max_count >= min_count,
                "data.random_erasing.max_count ({}) must be at least min_count ({}), or 0 for min_count", max_count,
                min_count);
