@@ -16,6 +16,8 @@
 #include "common/options.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
 
 namespace stoker::data {
 
@@ -68,6 +70,9 @@ struct DataSettings {
   // the process group decides it (LoaderContext::rank and world_size), and these stay 0 and 1.
   int64_t shard_rank = 0;
   int64_t shard_count = 1;
+  // Batch operations on the training batches, on the device after normalisation (data/augmented_source.h).
+  RandomErasingSettings random_erasing;  // per-sample random erasing (data/random_erasing.h); off by default
+  MixupSettings mixup;  // Mixup/CutMix with soft targets (data/mixup.h), after erasing; off by default
 };
 
 // What the run adds to the settings for a loader: derived, never set in the data: section.

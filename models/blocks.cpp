@@ -1,6 +1,8 @@
 // The residual blocks (models/blocks.h).
 #include "models/blocks.h"
 
+#include <functional>
+
 #include <torch/torch.h>
 
 namespace stoker::models {
@@ -13,6 +15,35 @@ nn::Sequential shortcut_for(int64_t in, int64_t out, int64_t stride) {
   return nn::Sequential(conv1x1(in, out, stride), nn::BatchNorm2d(out));
 }
 }  // namespace
+
+torch::Tensor drop_path(const torch::Tensor& x, double rate, bool training) {
+  if (!training || rate <= 0) return x;
+  const double keep = 1.0 - rate;
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape[0] = x.size(0);
+  torch::Tensor mask = torch::empty(shape, x.options()).bernoulli_(keep);
+  if (keep > 0) mask.div_(keep);
+  return x * mask;
+}
+
+std::vector<double> drop_path_rates(double rate, int64_t blocks) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < blocks; ++i) {
+    out.push_back(blocks == 1 ? rate : rate * static_cast<double>(i) / static_cast<double>(blocks - 1));
+  }
+  return out;
+}
+
+int64_t apply_drop_path(torch::nn::Module& model, double rate) {
+  std::vector<std::function<void(double)>> setters;
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* b = m->as<BasicBlockImpl>()) setters.push_back([b](double r) { b->set_drop_path(r); });
+    if (auto* b = m->as<BottleneckImpl>()) setters.push_back([b](double r) { b->set_drop_path(r); });
+  }
+  const std::vector<double> rates = drop_path_rates(rate, static_cast<int64_t>(setters.size()));
+  for (size_t i = 0; i < setters.size(); ++i) setters[i](rates[i]);
+  return static_cast<int64_t>(setters.size());
+}
 
 nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
@@ -36,7 +67,7 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = torch::relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
+  out = drop_path(bn2(conv2(out)), drop_path_, is_training());
   out += shortcut ? shortcut->forward(x) : x;
   return torch::relu(out);
 }
@@ -56,7 +87,7 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride)
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = torch::relu(bn1(conv1(x)));
   out = torch::relu(bn2(conv2(out)));
-  out = bn3(conv3(out));
+  out = drop_path(bn3(conv3(out)), drop_path_, is_training());
   out += downsample ? downsample->forward(x) : x;
   return torch::relu(out);
 }

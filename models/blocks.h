@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -20,6 +21,20 @@
 #include <torch/nn/modules/conv.h>
 
 namespace stoker::models {
+
+// Stochastic depth (Huang et al. 2016; timm's drop_path, torchvision's StochasticDepth "row"): in
+// training, each sample's residual branch is dropped with probability `rate` and the kept ones are
+// scaled by 1 / (1 - rate); at evaluation (or rate 0) the branch as it is. Draws from the default
+// generator of `x`'s device (as dropout does; the checkpoints keep its state).
+torch::Tensor drop_path(const torch::Tensor& x, double rate, bool training);
+
+// The per-block rates of stochastic depth for `blocks` residual blocks: linear from 0 (the first)
+// to `rate` (the last), timm's `drop_path_rate * i / (blocks - 1)`; one block gets `rate`.
+std::vector<double> drop_path_rates(double rate, int64_t blocks);
+
+// Sets the rates of every BasicBlock and Bottleneck of `model`, in module order, to
+// drop_path_rates(rate, their count); returns the count. Parameters and buffers do not change.
+int64_t apply_drop_path(torch::nn::Module& model, double rate);
 
 // A 3x3 convolution, padding 1, no bias (torchvision's conv3x3).
 torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride);
@@ -34,8 +49,12 @@ class BasicBlockImpl : public torch::nn::Module {
   BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
                  const std::string& shortcut_name = "downsample");
   torch::Tensor forward(const torch::Tensor& x);
+  // The probability of dropping the residual branch of a training sample (drop_path); 0 = never.
+  void set_drop_path(double rate) { drop_path_ = rate; }
+  double drop_path_rate() const { return drop_path_; }
 
  private:
+  double drop_path_ = 0.0;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
   torch::nn::Sequential shortcut{nullptr};  // empty for the identity
@@ -49,8 +68,11 @@ class BottleneckImpl : public torch::nn::Module {
   static constexpr int64_t expansion = 4;
   BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride);
   torch::Tensor forward(const torch::Tensor& x);
+  void set_drop_path(double rate) { drop_path_ = rate; }  // as BasicBlock's
+  double drop_path_rate() const { return drop_path_; }
 
  private:
+  double drop_path_ = 0.0;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Sequential downsample{nullptr};  // empty for the identity

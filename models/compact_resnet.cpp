@@ -13,6 +13,7 @@ void CompactResNetOptions::visit(OptionsVisitor& v) {
   v.field("widths", widths, rules::items(rules::at_least(1), 1));
   v.field("blocks", blocks, rules::items(rules::at_least(1), 1));
   v.field("dropout", dropout, rules::unit_open());
+  v.field("drop_path_rate", drop_path_rate, rules::unit_open());
 }
 
 void CompactResNetOptions::check() const {
@@ -51,6 +52,7 @@ CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const Mod
   features = register_module("features", body);
   dropout = register_module("dropout", nn::Dropout(spec.dropout));
   classifier = register_module("classifier", nn::Linear(channels, shape.num_classes));
+  apply_drop_path(*this, spec.drop_path_rate);
 }
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {

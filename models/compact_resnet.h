@@ -23,11 +23,12 @@
 
 namespace stoker::models {
 
-// compact_resnet's own keys (model.widths, model.blocks, model.dropout).
+// compact_resnet's own keys (model.widths, model.blocks, model.dropout, model.drop_path_rate).
 struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
   std::vector<int64_t> widths{16, 32, 64};  // channels of each stage
   std::vector<int64_t> blocks{1, 1, 1};     // basic blocks in each stage
   double dropout = 0.0;                     // before the classifier
+  double drop_path_rate = 0.0;              // stochastic depth, 0 to this over the blocks (blocks.h)
   void visit(OptionsVisitor& v) override;
   void check() const override;
 };

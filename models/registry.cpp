@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 
+#include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
 #include "models/mlp.h"
@@ -15,11 +16,13 @@ namespace nn = torch::nn;
 
 namespace {
 
-// A model type whose only inputs are the data's shape.
+// A ResNet type built from the data's shape, with stochastic depth (ResNetOptions).
 template <typename Module>
-ModelType shape_only(Module (*build)(int64_t num_classes, int64_t in_channels)) {
-  return {options_of<NoOptions>(), [build](const TypeOptions&, const ModelShape& s) {
-            return nn::AnyModule(build(s.num_classes, s.in_channels));
+ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels)) {
+  return {options_of<ResNetOptions>(), [build](const TypeOptions& own, const ModelShape& s) {
+            Module model = build(s.num_classes, s.in_channels);
+            apply_drop_path(*model, dynamic_cast<const ResNetOptions&>(own).drop_path_rate);
+            return nn::AnyModule(model);
           }};
 }
 
@@ -29,13 +32,13 @@ void add_stoker_models(Registry<ModelType>& r) {
         }));
   r.add("mlp", model_type<MlpOptions>([](const MlpOptions& o, const ModelShape& s) { return Mlp(o, s); }));
   // torchvision-compatible ResNets (models/resnet.h) and CIFAR ResNets (models/cifar_resnet.h):
-  // no keys of their own; the data gives in_channels and num_classes.
-  r.add("resnet18", shape_only(&resnet18));
-  r.add("resnet34", shape_only(&resnet34));
-  r.add("resnet50", shape_only(&resnet50));
-  r.add("resnet101", shape_only(&resnet101));
-  r.add("cifar_resnet20", shape_only(&cifar_resnet20));
-  r.add("cifar_resnet56", shape_only(&cifar_resnet56));
+  // drop_path_rate their one key; the data gives in_channels and num_classes.
+  r.add("resnet18", resnet_type(&resnet18));
+  r.add("resnet34", resnet_type(&resnet34));
+  r.add("resnet50", resnet_type(&resnet50));
+  r.add("resnet101", resnet_type(&resnet101));
+  r.add("cifar_resnet20", resnet_type(&cifar_resnet20));
+  r.add("cifar_resnet56", resnet_type(&cifar_resnet56));
 }
 
 }  // namespace

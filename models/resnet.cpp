@@ -9,6 +9,10 @@
 namespace stoker::models {
 namespace nn = torch::nn;
 
+void ResNetOptions::visit(OptionsVisitor& v) {
+  v.field("drop_path_rate", drop_path_rate, rules::unit_open());
+}
+
 void init_resnet_weights(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   for (const auto& m : model.modules(/*include_self=*/false)) {

@@ -9,8 +9,8 @@
 // load_state_dict (models/state_dict.h).
 //
 // Registered in the model registry as resnet18, resnet34, resnet50 and resnet101; the ModelSpec
-// gives in_channels (the stem's input) and num_classes (fc's output). widths/blocks/dropout are
-// not used by these models.
+// gives in_channels (the stem's input) and num_classes (fc's output). Their one key of their own is
+// drop_path_rate (ResNetOptions), shared with the CIFAR ResNets.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -23,7 +23,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/options.h"
+
 namespace stoker::models {
+
+// The own keys of the torchvision-style and CIFAR ResNets: model.drop_path_rate, stochastic depth
+// rising linearly over the blocks from 0 to the rate (models/blocks.h apply_drop_path; timm
+// --drop-path, RSB A1/A2/A3: 0.05). 0 = off.
+struct ResNetOptions : TypeOptionsOf<ResNetOptions> {
+  double drop_path_rate = 0.0;
+  void visit(OptionsVisitor& v) override;
+};
 
 // torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
 // convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.

@@ -57,6 +57,28 @@ void visit_run(Config& c, V& v) {
 }
 
 template <typename V>
+void visit_erasing(data::RandomErasingSettings& e, V& v) {
+  v.field("probability", e.probability, unit_closed());
+  v.field("mode", e.mode, one_of({"const", "rand", "pixel"}));
+  v.field("min_area", e.min_area, number("a share in (0, 1]", 0, 1, true));
+  v.field("max_area", e.max_area, number("a share in (0, 1]", 0, 1, true));
+  v.field("min_aspect", e.min_aspect, positive());
+  v.field("max_aspect", e.max_aspect, non_negative());
+  v.field("min_count", e.min_count, at_least(1));
+  v.field("max_count", e.max_count, at_least(0));
+}
+
+template <typename V>
+void visit_mixup(data::MixupSettings& m, V& v) {
+  v.field("mixup_alpha", m.mixup_alpha, non_negative());
+  v.field("cutmix_alpha", m.cutmix_alpha, non_negative());
+  v.field("cutmix_minmax", m.cutmix_minmax, items(number("a share in (0, 1]", 0, 1, true), 0, 2));
+  v.field("prob", m.prob, unit_closed());
+  v.field("switch_prob", m.switch_prob, unit_closed());
+  v.field("mode", m.mode, one_of({"batch", "pair", "elem"}));
+}
+
+template <typename V>
 void visit_data(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
@@ -86,6 +108,8 @@ void visit_data(Config& c, V& v) {
   v.field("test_limit", c.data.test_limit, at_least(0));
   v.field("shard_rank", c.data.shard_rank, at_least(0));
   v.field("shard_count", c.data.shard_count, at_least(1));
+  v.section("random_erasing", [&] { visit_erasing(c.data.random_erasing, v); });
+  v.section("mixup", [&] { visit_mixup(c.data.mixup, v); });
 }
 
 template <typename V>
@@ -103,6 +127,12 @@ void visit_optimizer(Config& c, V& v) {
   v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
   v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
   v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
+}
+
+template <typename V>
+void visit_loss(Config& c, V& v) {
+  static const TypeCatalog losses = catalog_of(loss_registry(), "loss");
+  v.typed(c.loss, losses, TypedLayout::kBeside);
 }
 
 template <typename V>
@@ -177,6 +207,7 @@ void visit_config(Config& c, V& v) {
   v.section("data", [&] { visit_data(c, v); });
   v.section("model", [&] { visit_model(c, v); });
   v.section("optimizer", [&] { visit_optimizer(c, v); });
+  v.section("loss", [&] { visit_loss(c, v); });
   v.section("schedule", [&] { visit_schedule(c, v); });
   v.section("train", [&] { visit_train(c, v); });
   v.section("checkpoint", [&] { visit_checkpoint(c, v); });
@@ -192,6 +223,12 @@ void check_data_and_model(const Config& c, const Fail& fail) {
   if (c.data.mean.size() != c.data.std.size()) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
                      c.data.mean.size(), c.data.std.size()));
+  }
+  try {
+    c.data.random_erasing.check();
+    c.data.mixup.check();
+  } catch (const Error& e) {
+    fail(e.what());
   }
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
@@ -336,7 +373,7 @@ bool breaks_exactness(const std::string& key) {
   static const std::set<std::string> loader_only = {"data.workers", "data.prefetch_factor", "data.device_prefetch",
                                                     "data.pin_memory", "data.autotune", "data.autotune_budget_s",
                                                     "data.autotune_max_share"};
-  static const std::set<std::string> exact = {"optimizer.type", "train.epochs", "train.accumulate_steps",
+  static const std::set<std::string> exact = {"optimizer.type", "loss.type", "train.epochs", "train.accumulate_steps",
                                               "train.effective_batch_size", "train.precision", "run.seed"};
   auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };
   if (under("data.")) return loader_only.count(key) == 0;

@@ -18,6 +18,7 @@
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "trainer/callbacks.h"
+#include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
@@ -99,6 +100,9 @@ struct Config {
   // model.type and that type's own keys beside it (compact_resnet: widths, blocks, dropout).
   TypedOptions model = models::model_options("compact_resnet");
   OptimizerOptions optimizer;
+  // loss.type (cross_entropy | bce, or registered: trainer/losses.h) and its own keys beside it; the
+  // label smoothing is train.label_smoothing.
+  TypedOptions loss{"cross_entropy", std::make_unique<NoOptions>()};
   ScheduleOptions schedule;
   TrainOptions train;
   CheckpointOptions checkpoint;

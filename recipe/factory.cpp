@@ -150,11 +150,7 @@ TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch:
   TrainerParts parts;
   parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), device);
   parts.model = std::move(model);
-  const double smoothing = config.train.label_smoothing;
-  parts.loss = [smoothing](const torch::Tensor& logits, const torch::Tensor& target) {
-    namespace F = torch::nn::functional;
-    return F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
-  };
+  parts.loss = make_loss(config.loss, config.train.label_smoothing);
   const LossScaleOptions& ls = config.train.loss_scale;
   parts.scaler = std::make_unique<GradScaler>(GradScalerOptions()
                                                   .with_init_scale(ls.init_scale)
@@ -223,6 +219,23 @@ bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train,
   return on;
 }
 
+namespace {
+// The source of the training batches: the loader, or with data.autotune: continuous a RetunableLoader
+// around it, whose workers `continuous` (set here) changes between steps.
+std::shared_ptr<data::BatchSource> training_source(const Config& resolved, const TrainingSetup& setup,
+                                                   const std::shared_ptr<data::Dataset>& train_set,
+                                                   std::shared_ptr<ContinuousWorkers>& continuous) {
+  if (resolved.data.autotune != "continuous") return setup.loaders.train;
+  auto retunable = std::make_shared<data::RetunableLoader>(train_set, setup.loaders.train);
+  ContinuousPolicy policy;
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  policy.max_workers = std::max<int64_t>(1, std::min<int64_t>(policy.max_workers, 2 * cores));
+  continuous = std::make_shared<ContinuousWorkers>(retunable, policy, resolved.train.log_every_steps,
+                                                   resolved.run.threads, setup.device.is_cpu());
+  return retunable;
+}
+}  // namespace
+
 TrainingSetup make_training(const Config& config) {
   Distributed alone;
   alone.device = resolve_device(config.run.device);
@@ -244,19 +257,12 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   const Config& resolved = setup.config;
   const std::shared_ptr<data::Dataset> train_set = train;
   setup.loaders = make_loaders(resolved, setup.device, std::move(train), {distributed.rank(), distributed.world_size()});
-  std::shared_ptr<data::BatchSource> train_source = setup.loaders.train;
   std::shared_ptr<ContinuousWorkers> continuous;
-  if (resolved.data.autotune == "continuous") {
-    // The training batches come through a RetunableLoader, whose workers the callback changes between steps.
-    auto retunable = std::make_shared<data::RetunableLoader>(train_set, setup.loaders.train);
-    ContinuousPolicy policy;
-    policy.max_workers = std::max<int64_t>(1, std::min<int64_t>(policy.max_workers, 2 * static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()))));
-    continuous = std::make_shared<ContinuousWorkers>(retunable, policy, resolved.train.log_every_steps,
-                                                     resolved.run.threads, setup.device.is_cpu());
-    train_source = retunable;
-  }
-  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels), train_source,
-                               setup.loaders.test, setup.device, distributed.group);
+  const std::shared_ptr<data::BatchSource> train_source = training_source(resolved, setup, train_set, continuous);
+  // Batch operations (mixup, cutmix, erasing) on the device, after whatever hands out the batches.
+  setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels),
+                               augment_training(resolved, train_source, distributed.rank()), setup.loaders.test,
+                               setup.device, distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).
   apply_global_precision(resolved.train.precision);

@@ -57,7 +57,7 @@ PrecisionDecision choose_precision(const Config& config, torch::Device device, c
 TrainerOptions trainer_options(const Config& config, torch::Device device, int64_t world_size = 1);
 
 // The parts for `model` (prepared here: see prepare_model), for `steps_per_epoch` optimizer steps
-// per epoch: the configured optimizer, cross-entropy with train.label_smoothing, the fp16-mixed loss
+// per epoch: the configured optimizer, the loss (loss.type with train.label_smoothing), the fp16-mixed loss
 // scaler, the learning-rate schedule (with the linear scaling rule) and the EMA of the weights.
 TrainerParts make_parts(const Config& config, torch::nn::AnyModule model, torch::Device device,
                         int64_t steps_per_epoch, int64_t world_size = 1);

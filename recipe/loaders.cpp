@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "data/augmented_source.h"
 #include "data/cache.h"
 #include "data/pipeline.h"
 
@@ -70,6 +71,36 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
                                           const std::string& split, bool output_uint8) {
   return make_loader(config, make_dataset(config, split), device, split, output_uint8);
+}
+
+std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::shared_ptr<data::BatchSource> train,
+                                                    int64_t rank) {
+  std::vector<data::BatchOp> ops;
+  const uint64_t seed = data::mix_seed(config.run.seed, static_cast<uint64_t>(rank));
+  // Erasing first, as timm erases in the per-sample transforms, before the loop mixes the batch.
+  if (config.data.random_erasing.enabled()) {
+    ops.push_back(data::random_erasing_op(config.data.random_erasing, seed, config.data.batch_size));
+  }
+  if (config.data.mixup.enabled()) {
+    ops.push_back(data::mixup_op(config.data.mixup, config.data.num_classes, config.train.label_smoothing, seed));
+  }
+  if (ops.empty()) return train;
+  return std::make_shared<data::AugmentedSource>(std::move(train), std::move(ops));
+}
+
+std::vector<std::string> describe_training_augment(const Config& config) {
+  std::vector<std::string> lines;
+  if (config.data.random_erasing.enabled()) {
+    lines.push_back(fmt::format("data.random_erasing: {}, on the device after normalisation",
+                                config.data.random_erasing.describe()));
+  }
+  if (config.data.mixup.enabled()) {
+    lines.push_back(fmt::format(
+        "data.mixup: {}; the training targets are soft labels (train.label_smoothing {:g} folded in) and train/loss "
+        "is measured against them; there is no training top-1, the test metrics use the true labels",
+        config.data.mixup.describe(), config.train.label_smoothing));
+  }
+  return lines;
 }
 
 data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train) {

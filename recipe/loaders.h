@@ -5,9 +5,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
+#include "data/batch_source.h"
 #include "data/loader.h"
 #include "recipe/config.h"
 
@@ -41,6 +43,13 @@ Loaders make_loaders(const Config& config, torch::Device device);
 // The same with the training split already made (make_dataset), each loader this rank's share.
 Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
                      const DataRanks& ranks = {});
+// The training source with the configured batch operations on the device (data.random_erasing,
+// then data.mixup), or `train` itself when there are none; their draws are seeded from run.seed and
+// this process's `rank`.
+std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::shared_ptr<data::BatchSource> train,
+                                                    int64_t rank = 0);
+// What those operations do to the training batches and metrics, one line each, for the run's log.
+std::vector<std::string> describe_training_augment(const Config& config);
 // The shape the training loader's batches will have (channels, height, width; height and width 0
 // when the transforms do not end at one size), without building the loader.
 data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset> train);

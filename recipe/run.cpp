@@ -86,6 +86,7 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
                   config.optimizer.lr_reference_batch);
   }
   logger().info("schedule: {}", describe_schedule(config.schedule));
+  for (const std::string& line : describe_training_augment(config)) logger().info("{}", line);
   if (trainer.ema() != nullptr) {
     logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
                   config.train.ema_warmup ? " (with warm-up)" : "");

@@ -35,6 +35,7 @@
 #include "optim/grad_scaler.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
+#include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
 
@@ -85,8 +86,8 @@ struct TrainerOptions {
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
 };
 
-// The loss: float32 logits and targets in, a scalar out.
-using LossFunction = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& target)>;
+// The loss (LossFunction, trainer/losses.h): float32 logits and targets (class indices or soft
+// targets) in, a scalar out.
 // The learning rate of optimizer step `step` (0-based).
 using LrSchedule = std::function<double(int64_t step)>;
 
@@ -95,7 +96,7 @@ using LrSchedule = std::function<double(int64_t step)>;
 struct TrainerParts {
   torch::nn::AnyModule model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  LossFunction loss;                   // empty: cross-entropy
+  LossFunction loss;                   // empty: cross-entropy (on class indices or soft targets)
   std::unique_ptr<GradScaler> scaler;  // empty: no loss scaling
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights

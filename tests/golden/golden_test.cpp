@@ -76,6 +76,7 @@ struct Tolerance {
 Tolerance tolerance_of(const std::string& name) {
   if (name == "optim") return {1e-5, false};     // Optimizers.MatchPyTorchGoldenValues
   if (name == "schedule") return {1e-9, false};  // Schedule.EveryCurveEqualsTorchsSchedulers
+  if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
   return {1e-4, true};                           // ResNet.MatchesCheckedInTorchvisionLogits
 }
 
@@ -112,6 +113,10 @@ TEST_P(GoldenHeadersPython, CheckedInHeaderIsWhatItsGeneratorWrites) {
   if (python.empty()) GTEST_SKIP() << why;
   if (name == "resnet" && testing::shell("'" + python.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "torchvision is not installed in " << python.string() << "; install it with `bash bench/setup.sh`";
+  }
+  if (name == "timm" && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "timm is not importable by " << python.string()
+                 << "; install it beside the venv and set PYTHONPATH (tests/golden/timm_golden.py says how)";
   }
   const fs::path folder = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden";
   const fs::path script = folder / (name + "_golden.py");
@@ -154,7 +159,7 @@ TEST(GoldenHeaders, ComparisonAllowsRoundingButNotEdits) {
   EXPECT_EQ(compare_headers("{0.1, 0.2}", "{0.1, 0.200000001}", tolerance_of("optim")), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython, ::testing::Values("optim", "schedule", "resnet"),
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython, ::testing::Values("optim", "schedule", "resnet", "timm"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace

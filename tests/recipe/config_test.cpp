@@ -128,7 +128,7 @@ TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_NE(msg.find("recipe.yaml: optimiser at line 1: unknown section 'optimiser'; did you mean optimizer?"),
             std::string::npos) << msg;
   EXPECT_NE(error_of("experiment: {}\n").find("recipe.yaml: experiment at line 1: unknown section 'experiment'; "
-                                               "known sections: checkpoint, data, logging, model, optimizer, run, "
+                                               "known sections: checkpoint, data, logging, loss, model, optimizer, run, "
                                                "schedule, train"),
             std::string::npos);
 }
@@ -201,14 +201,14 @@ data:
 TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
   // A key the chosen model type does not have is an error listing the keys it has.
   EXPECT_EQ(error_of("model: {type: resnet50, widths: [8]}\n"),
-            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: type");
+            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: drop_path_rate, type");
   EXPECT_EQ(error_of("model:\n  type: compact_resnet\n  depth: 3\n"),
             "recipe.yaml: model.depth at line 3: model type 'compact_resnet' has no key 'depth'; it takes: "
-            "blocks, dropout, type, widths");
+            "blocks, drop_path_rate, dropout, type, widths");
   // The resolved config holds the chosen type's keys only, and reads back the same.
   const Config c = parse_config("model: {type: resnet18}\n", "r.yaml");
   const std::string yaml = config_to_yaml(c);
-  EXPECT_NE(yaml.find("model:\n  type: resnet18\noptimizer:"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("model:\n  type: resnet18\n  drop_path_rate: 0\noptimizer:"), std::string::npos) << yaml;
   EXPECT_EQ(config_to_yaml(parse_config(yaml, "again.yaml")), yaml);
   // An application's model type gets its keys the same way.
   struct WideOptions : TypeOptionsOf<WideOptions> {

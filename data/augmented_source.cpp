@@ -1,0 +1,63 @@
+#include "data/augmented_source.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "common/trace.h"
+
+namespace stoker::data {
+
+AugmentedSource::AugmentedSource(std::shared_ptr<BatchSource> inner, std::vector<BatchOp> ops)
+    : inner_(std::move(inner)), ops_(std::move(ops)) {
+  STOKER_CHECK(inner_ != nullptr, "AugmentedSource needs a source to wrap");
+}
+
+void AugmentedSource::start_epoch(int64_t epoch, int64_t first_batch) {
+  epoch_ = epoch;
+  inner_->start_epoch(epoch, first_batch);
+}
+
+std::optional<Batch> AugmentedSource::next() {
+  std::optional<Batch> batch = inner_->next();
+  if (!batch) return batch;
+  trace::Scope traced("batch augment");
+  for (const BatchOp& op : ops_) op(*batch, epoch_);
+  return batch;
+}
+
+BatchOp mixup_op(MixupSettings settings, int64_t num_classes, double smoothing, uint64_t seed) {
+  settings.check();
+  STOKER_CHECK(settings.enabled(), "mixup_op: data.mixup is off (set mixup_alpha, cutmix_alpha or cutmix_minmax)");
+  return [settings, num_classes, smoothing, seed](Batch& batch, int64_t epoch) {
+    const torch::Tensor& x = batch.input;
+    STOKER_CHECK(x.dim() == 4 && x.is_floating_point(),
+                 "data.mixup needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
+                 fmt::format("[{}]", fmt::join(x.sizes(), ", ")));
+    const std::vector<MixDraw> draws =
+        draw_mix(settings, x.size(0), x.size(2), x.size(3), mix_batch_seed(seed, epoch, batch.index));
+    auto [input, target] = apply_mix(draws, x, batch.target, num_classes, smoothing);
+    batch.input = std::move(input);
+    batch.target = std::move(target);
+  };
+}
+
+BatchOp random_erasing_op(RandomErasingSettings settings, uint64_t seed, int64_t batch_size) {
+  settings.check();
+  STOKER_CHECK(settings.enabled() && batch_size > 0, "random_erasing_op: data.random_erasing.probability is 0 (off)");
+  return [settings, seed, batch_size](Batch& batch, int64_t epoch) {
+    const torch::Tensor& x = batch.input;
+    STOKER_CHECK(x.dim() == 4 && x.is_floating_point(),
+                 "data.random_erasing needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
+                 fmt::format("[{}]", fmt::join(x.sizes(), ", ")));
+    std::vector<std::vector<EraseRect>> rects;
+    std::vector<uint64_t> seeds;
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      seeds.push_back(erasing_sample_seed(seed, epoch, batch.index * batch_size + i));
+      rects.push_back(draw_erasing(settings, x.size(2), x.size(3), seeds.back()));
+    }
+    batch.input = apply_erasing(settings.mode, x, rects, seeds);
+  };
+}
+
+}  // namespace stoker::data
