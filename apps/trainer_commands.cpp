@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "common/log.h"
+#include "data/pack.h"
 #include "doctor/doctor.h"
 #include "doctor/step_bench.h"
 #include "observe/report.h"
@@ -341,6 +342,34 @@ int export_weights(const Args& args) {
   stoker::export_checkpoint(request);
   std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
               request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
+  return 0;
+}
+
+int pack(const Args& args) {
+  data::PackOptions o;
+  o.from = args.pack_from;
+  o.to = args.pack_to;
+  o.max_side = args.max_side;
+  o.quality = static_cast<int>(args.quality);
+  o.shard_size_mb = args.shard_size_mb;
+  auto& log = stoker::logger();
+  o.progress = [&log](const std::string& split, const std::string& shard, int64_t done, int64_t total) {
+    log.info("pack {}: {} written ({} of {} samples, {:.0f}%)", split, shard, done, total, 100.0 * done / total);
+  };
+  log.info("pack: {} -> {}{}", o.from, o.to,
+           o.max_side > 0 ? fmt::format(" (longer side at most {} px, JPEG quality {})", o.max_side, o.quality) : "");
+  const std::vector<data::PackedSplit> splits = data::pack_dataset(o);
+  for (const data::PackedSplit& s : splits) {
+    log.info("{}: {} samples in {} shards, {:.1f} MB", s.name, s.samples, s.shards.size(), s.bytes / 1e6);
+  }
+  const auto pattern = [](const data::PackedSplit& s) {
+    const std::string prefix = s.name == "train" ? "train" : "val";
+    return s.shards.size() == 1 ? s.shards[0] : fmt::format("{}-{{000000..{:06d}}}.tar", prefix, s.shards.size() - 1);
+  };
+  std::string keys = "data.webdataset.shards: " + pattern(splits.front());
+  if (splits.size() > 1) keys += ", data.webdataset.test_shards: " + pattern(splits.back());
+  log.info("wrote {}/_info.json; train with data.type: webdataset, data.root: {}, {} (docs/shards.md)", o.to, o.to,
+           keys);
   return 0;
 }
 
