@@ -362,14 +362,8 @@ int pack(const Args& args) {
   for (const data::PackedSplit& s : splits) {
     log.info("{}: {} samples in {} shards, {:.1f} MB", s.name, s.samples, s.shards.size(), s.bytes / 1e6);
   }
-  const auto pattern = [](const data::PackedSplit& s) {
-    const std::string prefix = s.name == "train" ? "train" : "val";
-    return s.shards.size() == 1 ? s.shards[0] : fmt::format("{}-{{000000..{:06d}}}.tar", prefix, s.shards.size() - 1);
-  };
-  std::string keys = "data.webdataset.shards: " + pattern(splits.front());
-  if (splits.size() > 1) keys += ", data.webdataset.test_shards: " + pattern(splits.back());
-  log.info("wrote {}/_info.json; train with data.type: webdataset, data.root: {}, {} (docs/shards.md)", o.to, o.to,
-           keys);
+  log.info("wrote {}/_info.json, which names the shards: train from them with data.type: webdataset and "
+           "data.root: {} (docs/shards.md)", o.to, o.to);
   return 0;
 }
 

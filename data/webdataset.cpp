@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -42,15 +44,42 @@ std::string extensions_of(const WdsSample& s) {
   return out;
 }
 
+// The shard list of `split` (timm's names: train, validation) from `<root>/_info.json`, with the
+// samples each shard holds; empty when there is no such file.
+std::string shards_from_info(const std::string& root, const std::string& split, std::vector<int64_t>& lengths) {
+  const std::filesystem::path file = std::filesystem::path(root) / "_info.json";
+  if (root.empty() || !std::filesystem::is_regular_file(file)) return "";
+  std::ifstream in(file);
+  const nlohmann::json info = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json* names = nullptr;
+  if (!info.is_discarded() && info.contains("splits") && info["splits"].contains(split)) {
+    const nlohmann::json& s = info["splits"][split];
+    if (s.contains("filenames") && s["filenames"].is_array()) names = &s["filenames"];
+    if (s.contains("shard_lengths") && s["shard_lengths"].is_array()) {
+      for (const auto& n : s["shard_lengths"]) lengths.push_back(n.is_number_integer() ? n.get<int64_t>() : -1);
+    }
+  }
+  STOKER_CHECK(names != nullptr, "{} names no shards for the {} split (splits.{}.filenames); set "
+               "data.webdataset.{}", file.string(), split, split, split == "train" ? "shards" : "test_shards");
+  std::string spec;
+  for (const auto& name : *names) {
+    STOKER_CHECK(name.is_string(), "{}: splits.{}.filenames holds a non-string", file.string(), split);
+    spec += (spec.empty() ? "" : "::") + name.get<std::string>();
+  }
+  return spec;
+}
+
 }  // namespace
 
 WebDataset::WebDataset(const DatasetOptions& options)
     : own_(options.own.as<WebDatasetOptions>()), num_classes_(options.num_classes) {
   const bool train = options.split == "train";
-  const std::string& spec = train ? own_.shards : own_.test_shards;
-  STOKER_CHECK(!spec.empty(), "data.webdataset.{} is empty; set it to the {} shards (e.g. {}-{{000000..000009}}.tar "
-               "or a folder of .tar files)", train ? "shards" : "test_shards", train ? "training" : "evaluation",
-               train ? "train" : "val");
+  std::string spec = train ? own_.shards : own_.test_shards;
+  std::vector<int64_t> lengths;  // from _info.json, checked against the shards
+  if (spec.empty()) spec = shards_from_info(options.root, train ? "train" : "validation", lengths);
+  STOKER_CHECK(!spec.empty(), "data.webdataset.{} is empty and data.root ({}) has no _info.json; set it to the {} "
+               "shards (e.g. {}-{{000000..000009}}.tar or a folder of .tar files)", train ? "shards" : "test_shards",
+               options.root, train ? "training" : "evaluation", train ? "train" : "val");
   STOKER_CHECK(num_classes_ > 0, "data.num_classes must be set for webdataset shards (labels come from the "
                "samples' {} members)", own_.label);
   image_exts_ = words(own_.image_extensions);
@@ -60,6 +89,9 @@ WebDataset::WebDataset(const DatasetOptions& options)
   for (size_t k = 0; k < shards_.size(); ++k) {
     ShardIndex index = index_shard(shards_[k], own_.index_cache);
     cached += index.from_cache ? 1 : 0;
+    STOKER_CHECK(lengths.size() != shards_.size() || lengths[k] == static_cast<int64_t>(index.samples.size()),
+                 "{}/_info.json says {} holds {} samples, but it holds {}; the shard or _info.json was changed "
+                 "after packing", options.root, shards_[k], lengths[k], index.samples.size());
     for (WdsSample& s : index.samples) {
       Entry e;
       e.shard = static_cast<int32_t>(k);

@@ -187,6 +187,11 @@ TEST(ShardsCli, PacksAnImageFolderScaledDownIntoShardsThatTarListsAndTrainingRea
     ++per_class[s.label];
   }
   EXPECT_EQ(per_class, (std::vector<int>{10, 10, 10}));
+  // With data.root alone, _info.json names the shards of each split.
+  o.own.as<data::WebDatasetOptions>().shards = "";
+  EXPECT_EQ(data::create_dataset(o)->size(), 30);
+  o.split = "test";
+  EXPECT_EQ(data::create_dataset(o)->size(), 30);
   // Packing again into the same folder is refused: it would mix two packs' shards.
   r = run(trainer("pack --from " + (dir / "folder").string() + " --to " + out.string()));
   EXPECT_EQ(r.exit_code, 1);

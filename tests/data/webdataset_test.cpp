@@ -182,6 +182,32 @@ TEST(WebDatasetType, ReadsImagesAndLabelsByPread) {
   EXPECT_CONTAINS(error_of([&] { create_dataset(test_split); }), "data.webdataset.test_shards is empty");
 }
 
+TEST(WebDatasetType, ShardsComeFromInfoJsonWhenNotSet) {
+  TempDir dir;
+  write_shard(dir / "train-000000.tar", {{"a.png", "P"}, {"a.cls", "1"}, {"b.png", "P"}, {"b.cls", "2"}});
+  write_shard(dir / "train-000001.tar", {{"c.png", "P"}, {"c.cls", "1"}});
+  write_shard(dir / "val-000000.tar", {{"d.png", "P"}, {"d.cls", "1"}});
+  const std::string info = R"({"splits": {"train": {"filenames": ["train-000000.tar", "train-000001.tar"],
+    "shard_lengths": [2, LAST]}, "validation": {"filenames": ["val-000000.tar"]}}})";
+  auto write_info = [&](int last) {
+    std::string text = info;
+    text.replace(text.find("LAST"), 4, std::to_string(last));
+    stoker::testing::write_bytes(dir / "_info.json", text);
+  };
+  DatasetOptions o = webdataset_options("");
+  o.root = dir.path().string();
+  EXPECT_CONTAINS(error_of([&] { create_dataset(o); }), "data.webdataset.shards is empty and data.root (" +
+                  dir.path().string() + ") has no _info.json");
+  write_info(1);
+  EXPECT_EQ(create_dataset(o)->size(), 3);
+  o.split = "test";
+  EXPECT_EQ(create_dataset(o)->size(), 1);
+  o.split = "train";
+  write_info(5);
+  EXPECT_CONTAINS(error_of([&] { create_dataset(o); }), "/_info.json says " + (dir / "train-000001.tar").string() +
+                  " holds 5 samples, but it holds 1");
+}
+
 TEST(WebDatasetType, MissingOrBadMembersAreBadSamplesNamingTheSample) {
   TempDir dir;
   const fs::path shard = dir / "s.tar";
