@@ -27,6 +27,11 @@ void WebDatasetOptions::visit(OptionsVisitor& v) {
   v.field("label", label, rules::one_of({"cls", "json"}));
   v.field("json_label_field", json_label_field, rules::non_empty());
   v.field("index_cache", index_cache, rules::described("a folder path"));
+  v.field("channels", channels, rules::number("1 or 3", 1, 3));
+}
+
+void WebDatasetOptions::check() const {
+  if (channels != 1 && channels != 3) STOKER_FAIL("channels must be 1 or 3, got {}", channels);
 }
 
 namespace {

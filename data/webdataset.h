@@ -68,7 +68,9 @@ struct WebDatasetOptions : TypeOptionsOf<WebDatasetOptions> {
   std::string label = "cls";                      // cls (an ASCII integer) or json (a field of it)
   std::string json_label_field = "label";         // the field of the json member with label: json
   std::string index_cache;                        // where indexes go when a shard's folder is read-only
+  int64_t channels = 3;                           // the images decoded to 1 (gray) or 3 (RGB) channels
   void visit(OptionsVisitor& v) override;
+  void check() const override;
 };
 
 // The data set of a split's shards. read() preads the image and the label member; a sample without
@@ -79,7 +81,7 @@ class WebDataset : public Dataset {
   ~WebDataset() override;
   int64_t size() const override { return static_cast<int64_t>(entries_.size()); }
   int64_t num_classes() const override { return num_classes_; }
-  int64_t channels() const override { return 3; }
+  int64_t channels() const override { return own_.channels; }
   void read(int64_t index, RawSample& out) const override;
   std::string describe(int64_t index) const override;
   const std::vector<std::string>& shards() const { return shards_; }

@@ -208,6 +208,16 @@ TEST(ShardsCli, PacksIdxImagesAsPngKeepingTheirBytes) {
   EXPECT_EQ(members[0].name, "00000000.png");
   EXPECT_EQ(members[1].name, "00000000.cls");
   EXPECT_GT(fs::file_size(dir / "out" / "val-000000.tar"), 0u);
+  // Trains from them as gray images (data.webdataset.channels: 1), like the IDX files.
+  std::ofstream(dir / "r.yaml") << fmt::format(R"(run: {{name: idx, dir: "{0}/runs", device: cpu, threads: 1}}
+data: {{type: webdataset, root: "{0}/out", webdataset: {{channels: 1}}, batch_size: 8, mean: [0.5], std: [0.25],
+        train_transforms: [{{type: center_crop, size: 12}}], eval_transforms: [{{type: center_crop, size: 12}}]}}
+model: {{type: mlp, hidden: [16]}}
+train: {{epochs: 1}}
+)", dir.path().string());
+  const Result trained = run(trainer("--config " + (dir / "r.yaml").string()));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_CONTAINS(trained.output, "epochs done:     1 of 1 (5 optimizer steps)");
 }
 
 TEST(ShardsCliPython, WebDatasetPackageReadsPackedShards) {
