@@ -1,10 +1,18 @@
 // WebDataset shards through the `trainer` program: a recipe with data.type: webdataset trains and
 // evaluates from tar shards, with and without loader workers.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <map>
+#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -115,6 +123,93 @@ TEST(ShardsCli, ABrokenShardStopsTheRunNamingTheShardAndTheOffset) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "error: " + (dir / "train-1.tar").string() + ": ");
   EXPECT_CONTAINS(r.output, "truncated");
+}
+
+// step -> the loss it logged (as JSON text), from every step line of a metrics.jsonl (a step logged
+// twice, before a kill and again after the resume, must log the same loss both times).
+std::map<int64_t, std::string> losses(const fs::path& metrics, int64_t& lines, bool& consistent) {
+  std::map<int64_t, std::string> out;
+  std::istringstream in(stoker::testing::read_bytes(metrics));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || j.value("kind", "") != "step") continue;  // a line cut by the kill
+    const int64_t step = j["step"].get<int64_t>();
+    const std::string loss = j["loss"].dump();
+    if (out.count(step) > 0 && out[step] != loss) consistent = false;
+    out[step] = loss;
+    ++lines;
+  }
+  return out;
+}
+
+// Issue 21: kill -9 in the middle of an epoch of training from shards (two loader workers, random
+// crops and flips), then `trainer --resume RUN` from the last periodic checkpoint: every step logs
+// the loss of the run left alone.
+TEST(ShardsCli, KilledMidEpochAndResumedLogsTheLossesOfTheUninterruptedRun) {
+  TempDir dir;
+  write_png_shards(dir.path(), "train", 96, 32);
+  write_png_shards(dir.path(), "val", 12, 12);
+  std::string recipe = shard_recipe(dir.path(), 2);  // 96 / 8 = 12 steps an epoch
+  const auto edit = [&recipe](const std::string& from, const std::string& to) {
+    ASSERT_NE(recipe.find(from), std::string::npos) << from;
+    recipe.replace(recipe.find(from), from.size(), to);
+  };
+  edit("train: {epochs: 1, log_every_steps: 2}",
+       "train: {epochs: 2, log_every_steps: 1}\ncheckpoint: {every_steps: 3, save_best: false}");
+  edit("threads: 1}", "threads: 1, seed: 5}");
+  std::ofstream(dir / "r.yaml") << recipe;
+  const std::string config = (dir / "r.yaml").string();
+  const Result whole = run(std::string(stoker::testing::trainer_bin()) + " --config " + config + " --set run.name=whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  fs::path whole_dir, run_dir;
+  for (const auto& e : fs::directory_iterator(dir / "runs/whole")) whole_dir = e.path();
+
+  // The same run, frozen now and then to read its last logged step; killed in the second epoch
+  // (checkpoints every 3 steps: the resume starts from the last one before the kill).
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    freopen((dir / "killed.txt").c_str(), "w", stdout);
+    dup2(fileno(stdout), 2);
+    execl(stoker::testing::trainer_bin(), stoker::testing::trainer_bin(), "--config", config.c_str(), "--set",
+          "run.name=killed", (char*)nullptr);
+    _exit(127);
+  }
+  bool killed = false;
+  int status = 0;
+  while (!killed) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    kill(child, SIGSTOP);
+    if (waitpid(child, &status, WUNTRACED) != child || !WIFSTOPPED(status)) break;  // it ended first
+    if (run_dir.empty() && fs::exists(dir / "runs/killed")) {
+      for (const auto& e : fs::directory_iterator(dir / "runs/killed")) run_dir = e.path();
+    }
+    int64_t lines = 0;
+    bool consistent = true;
+    const auto logged = run_dir.empty() || !fs::exists(run_dir / "metrics.jsonl")
+                            ? std::map<int64_t, std::string>{}
+                            : losses(run_dir / "metrics.jsonl", lines, consistent);
+    if (!logged.empty() && logged.rbegin()->first >= 14 && logged.rbegin()->first <= 21) {
+      kill(child, SIGKILL);
+      killed = true;
+    }
+    kill(child, SIGCONT);
+  }
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(killed) << "the run ended before it was seen mid-epoch:\n" << stoker::testing::read_bytes(dir / "killed.txt");
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  const Result resumed = run(std::string(stoker::testing::trainer_bin()) + " --resume " + run_dir.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_CONTAINS(resumed.output, "epochs done:     2 of 2 (24 optimizer steps)");
+  int64_t whole_lines = 0, resumed_lines = 0;
+  bool whole_consistent = true, resumed_consistent = true;
+  const auto want = losses(whole_dir / "metrics.jsonl", whole_lines, whole_consistent);
+  const auto got = losses(run_dir / "metrics.jsonl", resumed_lines, resumed_consistent);
+  ASSERT_EQ(want.size(), 24u);
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(resumed_consistent) << "a step logged before the kill logged another loss after the resume";
+  std::cout << "killed run: " << resumed_lines - 24 << " step(s) logged before the kill and again after the resume\n";
 }
 
 // An ImageFolder of `per_class` images in each of 3 classes, 40x30 JPEGs and 24x24 PNGs, in train/
