@@ -24,6 +24,10 @@ struct Batch {
   torch::Tensor input;   // [B, C, H, W] (or uint8 [B, H, W, C] when a loader is asked for raw batches), on the device
   torch::Tensor target;  // int64 [B], on the device; kExcludedTarget for an excluded sample
   int64_t index = 0;     // batch index within the epoch
+  // Which samples the batch holds and the seeds of their random draws, as one number: the XOR of
+  // sample_digest over its samples, so that the digests of a global batch's slices on several ranks
+  // XOR to the digest of the same samples in one process. 0 from a source that does not know them.
+  uint64_t digest = 0;
   const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
   int64_t size() const { return target.size(0); }
 };

@@ -25,7 +25,8 @@ SamplerOptions LoaderOptions::sampler() const {
       .set_seed(seed)
       .set_rank(shard_rank)
       .set_world_size(shard_count)
-      .set_even_shards(even_shards);
+      .set_even_shards(even_shards)
+      .set_step_batches(step_batches);
 }
 
 SamplePipelineOptions LoaderOptions::pipeline() const {
@@ -127,6 +128,7 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
 void Loader::fill(HostBatch& batch, const SampledBatch& sampled, SampleWork& work) {
   batch.index = sampled.index;
   batch.count = sampled.count;
+  batch.digest = 0;
   batch.error = nullptr;
   uint8_t* images = batch.images.data_ptr<uint8_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
@@ -134,6 +136,7 @@ void Loader::fill(HostBatch& batch, const SampledBatch& sampled, SampleWork& wor
   for (int64_t slot = 0; slot < batch.count; ++slot) {
     const int64_t sample = sampled.sample(slot);
     const uint64_t seed = sample_seed(options_.seed, sampled.epoch, sample);
+    batch.digest ^= sample_digest(sample, seed);
     try {
       labels[slot] = pipeline_.fill(sample, seed, images + slot * slot_bytes, work);
     } catch (const std::exception& e) {

@@ -47,9 +47,10 @@ struct LoaderOptions {
   int64_t prefetch_factor = 2;  // batches in flight per worker
   int64_t device_prefetch = 2;  // batches being copied to the GPU ahead of use (CUDA only)
   bool pin_memory = true;       // pinned batch buffers when the device is CUDA
-  int64_t shard_rank = 0;       // this process's share of each epoch: samples rank, rank + count, ...
+  int64_t shard_rank = 0;       // this process's share of each epoch (see SamplerOptions::rank)
   int64_t shard_count = 1;
   bool even_shards = false;     // every shard the same size (see SamplerOptions::even_shards)
+  int64_t step_batches = 1;     // batches per optimizer step (see SamplerOptions::step_batches)
   bool skip_bad_samples = true;  // replace an unreadable sample (and warn) instead of failing
   // Exclude an unreadable sample (and warn) instead: zero pixels, target kExcludedTarget (evaluation
   // loaders, whose metrics skip it). Takes precedence over skip_bad_samples.

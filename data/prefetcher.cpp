@@ -110,6 +110,7 @@ Batch DevicePrefetcher::pop() {
   in_flight_.pop_front();
   Batch batch;
   batch.index = f->host->index;
+  batch.digest = f->host->digest;
   batch.host_buffer = f->host->images.data_ptr();
 #ifdef STOKER_WITH_CUDA
   auto compute = c10::cuda::getCurrentCUDAStream(options_.device.index());
@@ -150,6 +151,7 @@ Batch DevicePrefetcher::convert(HostBatch& host) {
   const torch::Tensor labels = host.labels.narrow(0, 0, host.count);
   Batch batch;
   batch.index = host.index;
+  batch.digest = host.digest;
   batch.host_buffer = host.images.data_ptr();
   if (options_.device.is_cpu()) {
     // The host buffer is reused: hand out copies.

@@ -28,6 +28,7 @@ struct HostBatch {
   torch::Tensor images, labels;
   int64_t index = -1, count = 0;  // the batch's index in its epoch, and the samples filled
   uint64_t generation = 0;        // which start of an epoch it was built for (the Loader's count)
+  uint64_t digest = 0;            // Batch::digest of the samples filled
   std::exception_ptr error;       // building it failed: rethrown where it is handed out
 };
 

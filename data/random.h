@@ -25,6 +25,11 @@ inline uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t sample) {
   return mix_seed(seed, static_cast<uint64_t>(epoch) + 1, static_cast<uint64_t>(sample));
 }
 
+// A sample's part of a batch's digest (data::Batch::digest): its index and the seed of its draws.
+inline uint64_t sample_digest(int64_t sample, uint64_t seed) {
+  return splitmix64(seed ^ splitmix64(static_cast<uint64_t>(sample)));
+}
+
 // A small, fast per-sample random generator (splitmix64).
 class SampleRng {
  public:

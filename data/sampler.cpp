@@ -31,6 +31,7 @@ Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
   const SamplerOptions& o = options_;
   STOKER_CHECK(dataset_size > 0, "the data set is empty");
   STOKER_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
+  STOKER_CHECK(o.step_batches >= 1, "step_batches must be at least 1, got {}", o.step_batches);
   STOKER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size,
                "shard rank {} of {} is out of range; the rank must be in [0, world size)", o.rank,
                o.world_size);
@@ -47,9 +48,25 @@ Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
 }
 
 int64_t Sampler::num_batches() const {
-  const int64_t n = shard_size_, b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  const int64_t n = shard_size_, b = options_.batch_size, steps = options_.step_batches;
+  return options_.drop_last ? n / b / steps * steps : (n + b - 1) / b;
 }
+
+namespace {
+
+// Entry i of rank r's training shard: the r-th slice of each global batch of b x w samples; the
+// epoch's last, partial global batch (when it is kept) is split evenly, wrapping round to the epoch's
+// first samples where even shards need more than the epoch has (as torch's DistributedSampler pads).
+int64_t global_batch_entry(int64_t i, int64_t n, const SamplerOptions& o) {
+  const int64_t b = o.batch_size, w = o.world_size, global = b * w;
+  const int64_t whole = n / global;  // whole global batches in the epoch
+  if (i < whole * b) return (i / b) * global + o.rank * b + i % b;
+  const int64_t rest = n - whole * global;
+  const int64_t slice = o.drop_last ? rest / w : (rest + w - 1) / w;
+  return (whole * global + o.rank * slice + (i - whole * b)) % n;
+}
+
+}  // namespace
 
 std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const {
   const SamplerOptions& o = options_;
@@ -62,11 +79,10 @@ std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const 
     return out;
   }
   out->samples.reserve(static_cast<size_t>(shard_size_));
-  // Entry i of the epoch for rank r is all[i * world_size + r], wrapping round to the epoch's first
-  // samples where even shards need more than the epoch has.
+  // Evaluation shards: entry i for rank r is all[i * world_size + r] (they cover the epoch once).
   for (int64_t i = 0; i < shard_size_; ++i) {
-    const int64_t at = i * o.world_size + o.rank;
-    out->samples.push_back(all[static_cast<size_t>(at % dataset_size_)]);
+    const int64_t at = o.even_shards ? global_batch_entry(i, dataset_size_, o) : i * o.world_size + o.rank;
+    out->samples.push_back(all[static_cast<size_t>(at)]);
   }
   return out;
 }

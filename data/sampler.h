@@ -1,8 +1,13 @@
 // Which samples each batch of an epoch holds, on this process: the epoch's order (a shuffle that
 // depends only on (seed, epoch)), this rank's shard of it, its cut into batches, and the position
-// (epoch, next batch) that a checkpoint saves and a resumed run restores. libtorch's
-// DistributedRandomSampler is the model; the order is our own splitmix64 shuffle, so that it is the
-// same on every platform and for every worker count.
+// (epoch, next batch) that a checkpoint saves and a resumed run restores. The order is our own
+// splitmix64 shuffle, so that it is the same on every platform and for every worker count.
+//
+// Training shards (even_shards) are cut so that batches do not depend on the number of processes:
+// the epoch's order is read as a sequence of global batches of batch_size x world_size samples, and
+// rank r's batch k is the r-th slice of global batch k. Trained by N ranks with batch b, or by one
+// process with batch b accumulating N batches per step, or with batch N x b, every optimizer step
+// sees the same samples (and, their draws being per-sample, the same augmentation).
 //
 //   Sampler sampler(dataset.size(), SamplerOptions().set_batch_size(64).set_rank(1).set_world_size(4));
 //   sampler.start_epoch(3);                // or seek({3, 120}) to resume mid-epoch
@@ -21,7 +26,8 @@ struct SamplerOptions {
   bool shuffle = true;
   bool drop_last = true;  // leave out a last, partial batch
   uint64_t seed = 0;
-  // This process's share of each epoch: samples rank, rank + world_size, ... of the epoch's order.
+  // This process's share of each epoch: for training (even_shards), the rank-th slice of every
+  // global batch; for evaluation, samples rank, rank + world_size, ... of the epoch's order.
   int64_t rank = 0;
   int64_t world_size = 1;
   // Give every rank the same number of samples (and so of batches), as distributed training needs:
@@ -29,6 +35,9 @@ struct SamplerOptions {
   // that come short repeat the epoch's first samples (torch's DistributedSampler). Off: the shards
   // cover the epoch exactly once and differ in size by at most one sample (for evaluation).
   bool even_shards = false;
+  // Batches per optimizer step (gradient accumulation). With drop_last the epoch ends after the last
+  // whole step, so that a step never mixes a partial group of batches whatever the world size.
+  int64_t step_batches = 1;
 
   SamplerOptions& set_batch_size(int64_t v) { batch_size = v; return *this; }
   SamplerOptions& set_shuffle(bool v) { shuffle = v; return *this; }
@@ -37,6 +46,7 @@ struct SamplerOptions {
   SamplerOptions& set_rank(int64_t v) { rank = v; return *this; }
   SamplerOptions& set_world_size(int64_t v) { world_size = v; return *this; }
   SamplerOptions& set_even_shards(bool v) { even_shards = v; return *this; }
+  SamplerOptions& set_step_batches(int64_t v) { step_batches = v; return *this; }
 };
 
 // Where a sampler stands: the epoch and the next batch it hands out.

@@ -30,6 +30,7 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   // Distributed training: every rank the same number of training batches, so that no rank waits for
   // a gradient all-reduce the others never start; evaluation covers each sample once.
   l.even_shards = train && l.shard_count > 1;
+  l.step_batches = train ? context.step_batches : 1;
   // Training replaces an unreadable sample with another; evaluation leaves it out (and counts it).
   l.skip_bad_samples = train && s.on_bad_sample == BadSamples::kSkip;
   l.exclude_bad_samples = !train && s.on_bad_sample == BadSamples::kSkip;

@@ -71,6 +71,8 @@ struct LoaderContext {
   // Data-parallel training: this process's rank and the number of ranks (the process group's), so that
   // each trains its share of every epoch; 0 and 1 alone (then DataSettings::shard_* may shard by hand).
   int64_t rank = 0, world_size = 1;
+  // Batches per optimizer step (gradient accumulation): a training epoch ends after its last whole step.
+  int64_t step_batches = 1;
   std::function<void(const std::string&)> warn;
 };
 

@@ -157,6 +157,7 @@ void visit_logging(Config& c, V& v) {
   v.field("telemetry", c.logging.telemetry);
   v.field("telemetry_interval_s", c.logging.telemetry_interval_s, positive());
   v.field("flops", c.logging.flops);
+  v.field("sample_digests", c.logging.sample_digests);
   v.section("mlflow", [&] {
     v.field("tracking_uri", c.logging.mlflow.tracking_uri,
             matching("(https?://[^/\\s]+(/\\S*)?)?", "the http:// or https:// address of an MLflow tracking server "

@@ -86,6 +86,10 @@ struct LoggingOptions {
   bool telemetry = true;              // GPU telemetry from NVML (trainer/telemetry.h); CUDA only
   double telemetry_interval_s = 1.0;  // seconds between NVML samples (averaged per logged step)
   bool flops = true;                  // count the model's FLOPs at start: TFLOP/s and MFU (models/flops.h)
+  // Every rank logs, per optimizer step, a digest of the samples it trained on and their augmentation
+  // seeds (XOR over ranks: the global step's), to check that runs on different numbers of processes
+  // or workers saw the same batches. Non-zero ranks then log at info level too.
+  bool sample_digests = false;
   MlflowLoggingOptions mlflow;
 };
 

@@ -41,7 +41,7 @@ Distributed start_distributed(Config& config, const distributed::LaunchInfo& lau
     select_device(d.device);  // before the process group: NCCL and every allocation use it
   }
   if (launch.rank != 0) {
-    logger().set_level(spdlog::level::warn);
+    logger().set_level(config.logging.sample_digests ? spdlog::level::info : spdlog::level::warn);
     logger().set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launch.rank));
   }
   d.group = distributed::ProcessGroup::join(launch, d.device, options);

@@ -51,6 +51,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<
   data::LoaderContext context;
   context.rank = ranks.rank;
   context.world_size = ranks.world_size;
+  context.step_batches = accumulate_steps_of(config, ranks.world_size);
   context.seed = config.run.seed;
   context.device = device;
   context.channels_last = config.train.channels_last;

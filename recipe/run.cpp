@@ -235,6 +235,7 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Co
                                                       bool live_progress, const data::InputShape& shape,
                                                       torch::Device device) {
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
+  if (config.logging.sample_digests) add_sample_digest_log(trainer);
   std::shared_ptr<CheckpointCallback> checkpoints;
   if (!run_dir.empty()) {
     const Efficiency efficiency = measure_efficiency(config, shape, device);
@@ -314,12 +315,14 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   return outcome;
 }
 
-// A run's world size is fixed (each rank's position in the epoch and the global batch depend on it):
-// the launch resuming it must start as many processes as trained it (its checkpoint records them;
-// checkpoints from before that record them in the saved config's data.shard_count).
+// A checkpoint that records each rank's batch resumes on any number of processes (the Trainer puts it
+// at the same place of the epoch's order and checks the global batch). One from before that was
+// recorded must be resumed by as many processes as trained it (its world size, or for older ones the
+// saved config's data.shard_count).
 void check_resume_world_size(const std::optional<ResumeSource>& resume, const Config& config) {
   if (!resume || config.run.distributed == "off") return;
   const fs::path& checkpoint = resume->checkpoint;
+  if (read_checkpoint_batch_size(checkpoint) > 0) return;
   int64_t was = read_checkpoint_world_size(checkpoint);
   if (was == 0) {
     if (!resume->saved || resume->saved->run.distributed == "off") return;  // sharded by hand, or unknown

@@ -69,4 +69,17 @@ std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& c
   return metrics;
 }
 
+namespace {
+class SampleDigestLog : public Callback {
+ public:
+  void on_train_step_end(Trainer&, const StepInfo& step) override {
+    if (!step.optimizer_step) return;
+    logger().info("samples of step {} (epoch {}, batch {}): digest {:016x}", step.step, step.epoch + 1, step.batch + 1,
+                  step.samples_digest);
+  }
+};
+}  // namespace
+
+void add_sample_digest_log(Trainer& trainer) { trainer.add_callback(std::make_shared<SampleDigestLog>()); }
+
 }  // namespace stoker

@@ -28,4 +28,8 @@ std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& c
                                                const std::filesystem::path& run_dir, bool live_progress,
                                                const Efficiency& efficiency, torch::Device device);
 
+// logging.sample_digests: logs each optimizer step's StepInfo::samples_digest on this rank, as
+// "samples of step S (epoch E, batch B): digest 0123456789abcdef".
+void add_sample_digest_log(Trainer& trainer);
+
 }  // namespace stoker

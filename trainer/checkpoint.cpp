@@ -101,6 +101,8 @@ std::string serialize_checkpoint(torch::nn::Module& model, torch::optim::Optimiz
   archive.write("state.early_stop_best", torch::IValue(s.early_stop_best));
   archive.write("state.early_stop_epoch", torch::IValue(s.early_stop_epoch));
   archive.write("state.world_size", torch::IValue(s.world_size));
+  archive.write("state.batch_size", torch::IValue(s.batch_size));
+  archive.write("state.accumulate_steps", torch::IValue(s.accumulate_steps));
   for (const auto& [name, tensor] : content.ema) archive.write(kEmaPrefix + name, tensor, true);
   if (!content.ema.empty()) archive.write("ema_updates", torch::IValue(content.ema_updates));
   archive.write("config", torch::IValue(content.config_yaml));
@@ -153,6 +155,38 @@ int64_t read_checkpoint_world_size(const fs::path& path) {
   open_checkpoint(path, archive, torch::kCPU);
   torch::IValue value;
   return archive.try_read("state.world_size", value) && value.isInt() ? value.toInt() : 0;
+}
+
+int64_t read_checkpoint_batch_size(const fs::path& path) {
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, torch::kCPU);
+  torch::IValue value;
+  return archive.try_read("state.batch_size", value) && value.isInt() ? value.toInt() : 0;
+}
+
+int64_t resumed_batch_in_epoch(const TrainState& saved, int64_t world_size, int64_t batch_size,
+                               int64_t accumulate_steps, const std::string& checkpoint) {
+  const int64_t was_world = std::max<int64_t>(1, saved.world_size);
+  const int64_t was_accumulate = std::max<int64_t>(1, saved.accumulate_steps);
+  if (saved.batch_size <= 0 || batch_size <= 0 ||
+      (was_world == world_size && saved.batch_size == batch_size && was_accumulate == accumulate_steps)) {
+    return saved.batch_in_epoch;  // the same cut (or one a checkpoint from before it was recorded cannot tell)
+  }
+  const int64_t was_global = was_world * saved.batch_size * was_accumulate;
+  const int64_t is_global = world_size * batch_size * accumulate_steps;
+  STOKER_CHECK(was_global == is_global,
+               "cannot resume {}: its run took {} samples per optimizer step ({} rank(s) x batch {} x {} "
+               "accumulated), here a step would take {} ({} x {} x {}); keep the global batch, e.g. with "
+               "--set train.effective_batch_size={} (the accumulation then adapts to the number of ranks) or "
+               "--set data.batch_size={}",
+               checkpoint, was_global, was_world, saved.batch_size, was_accumulate, is_global, world_size,
+               batch_size, accumulate_steps, was_global, was_global / (world_size * accumulate_steps));
+  const int64_t samples = saved.batch_in_epoch * saved.batch_size * was_world;  // into the epoch's order
+  STOKER_CHECK(samples % (batch_size * world_size) == 0,
+               "cannot resume {}: it stopped {} samples into epoch {}, which is not a whole number of batches of "
+               "{} x {} rank(s)",
+               checkpoint, samples, saved.epoch + 1, batch_size, world_size);
+  return samples / (batch_size * world_size);
 }
 
 std::vector<std::string> read_checkpoint_class_names(const fs::path& path) {
@@ -235,7 +269,12 @@ CheckpointContent read_content(torch::serialize::InputArchive& archive, const st
   if (archive.try_read("state.early_stop_epoch", value) && value.isInt()) {
     content.state.early_stop_epoch = value.toInt();
   }
-  content.state.world_size = archive.try_read("state.world_size", value) && value.isInt() ? value.toInt() : 0;
+  auto read_optional_int = [&](const char* key) {
+    return archive.try_read(key, value) && value.isInt() ? value.toInt() : int64_t{0};
+  };
+  content.state.world_size = read_optional_int("state.world_size");
+  content.state.batch_size = read_optional_int("state.batch_size");
+  content.state.accumulate_steps = read_optional_int("state.accumulate_steps");
   for (const std::string& key : archive.keys()) {
     if (key.rfind(kEmaPrefix, 0) != 0) continue;
     torch::Tensor tensor;

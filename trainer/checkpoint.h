@@ -31,6 +31,11 @@ struct TrainState {
   // The data-parallel ranks that trained the run (1 alone): its batches and each rank's position in
   // the epoch depend on it. 0 when read from a checkpoint written before it was recorded.
   int64_t world_size = 1;
+  // Each rank's batch and the batches per optimizer step: with world_size they say where in the
+  // epoch's order batch_in_epoch stands, so that a run resumes on another number of ranks (the same
+  // global batch cut differently). 0 when read from a checkpoint written before they were recorded.
+  int64_t batch_size = 0;
+  int64_t accumulate_steps = 0;
 };
 
 struct CheckpointContent {
@@ -77,6 +82,16 @@ CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::
 std::string read_checkpoint_config(const std::filesystem::path& path);
 // The world size a checkpoint's run trained with (TrainState::world_size; 0 when not recorded).
 int64_t read_checkpoint_world_size(const std::filesystem::path& path);
+// Each rank's batch in a checkpoint's run (TrainState::batch_size; 0 when not recorded).
+int64_t read_checkpoint_batch_size(const std::filesystem::path& path);
+
+// The batch of the epoch at which a run saved at `saved` continues when it is now trained by
+// `world_size` ranks with batch `batch_size`, `accumulate_steps` batches per step: the same place in
+// the epoch's order (the sampler cuts global batches the same way whatever the world size). Throws,
+// naming `checkpoint` and the flags that fix it, when the global batch per step differs.
+int64_t resumed_batch_in_epoch(const TrainState& saved, int64_t world_size, int64_t batch_size,
+                               int64_t accumulate_steps, const std::string& checkpoint);
+
 // The class names saved in a checkpoint (empty if it has none).
 std::vector<std::string> read_checkpoint_class_names(const std::filesystem::path& path);
 

@@ -331,6 +331,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   torch::Tensor loss_count = torch::zeros({}, torch::TensorOptions().device(options_.device));
   int64_t samples = 0;
   double data_seconds = 0;
+  uint64_t step_digest = 0;  // of the batches since the last optimizer step
   idle_->new_epoch();
   while (true) {
     const double t0 = now_s();
@@ -361,6 +362,9 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.samples = batch->size();
     info.data_seconds = t1 - t0;
     info.step_seconds = now_s() - t0;
+    step_digest ^= batch->digest;
+    info.samples_digest = step_digest;
+    if (info.optimizer_step) step_digest = 0;
     for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
     if (info.optimizer_step && state_.batch_in_epoch < batches && stop_agreed(state_.step, false)) {
       interrupted = true;

@@ -54,6 +54,9 @@ struct StepInfo {
   double lr = 0;                // learning rate used for this step
   double data_seconds = 0;      // host time spent waiting for the batch
   double step_seconds = 0;      // host time of the whole step, data wait included
+  // The XOR of data::Batch::digest over the batches of this optimizer step so far, on this rank: which
+  // samples (and augmentation draws) it trained on. XORed over the ranks, the global step's digest.
+  uint64_t samples_digest = 0;
 };
 
 struct FitResult {

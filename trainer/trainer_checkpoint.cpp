@@ -43,6 +43,8 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) {
   CheckpointContent content;
   content.state = state_;
   content.state.world_size = data_parallel_ ? data_parallel_->world_size() : 1;
+  content.state.batch_size = options_.batch_size;
+  content.state.accumulate_steps = options_.accumulate_steps;
   content.config_yaml = options_.config_yaml;
   content.class_names = options_.class_names;
   if (ema_) {
@@ -53,8 +55,12 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) {
 }
 
 void Trainer::load_checkpoint(const std::filesystem::path& path, bool optimizer_state) {
-  const CheckpointContent content = stoker::load_checkpoint(
+  CheckpointContent content = stoker::load_checkpoint(
       path, module(), optimizer_state ? optimizer_.get() : nullptr, options_.device, checkpoint_parts());
+  // Stopped on N ranks, resumed on M: the same samples follow (the global batch is cut the same way).
+  content.state.batch_in_epoch =
+      resumed_batch_in_epoch(content.state, data_parallel_ ? data_parallel_->world_size() : 1, options_.batch_size,
+                             options_.accumulate_steps, path.string());
   STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
                "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
                "with the data.batch_size and data set the run was started with",

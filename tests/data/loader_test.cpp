@@ -172,6 +172,35 @@ TEST(Loader, EvenShardsGiveEveryRankTheSameNumberOfBatches) {
   }
 }
 
+// Batch::digest names the samples and their draws: the same for any worker count; the slices of a
+// global batch on two ranks XOR to one process's batch of the same samples; another epoch differs.
+TEST(Loader, BatchDigestsXorOverRanksToOneProcesssAndDoNotDependOnWorkers) {
+  auto digests = [](int64_t batch, int64_t rank, int64_t ranks, int64_t workers, int64_t epoch) {
+    LoaderOptions o = plain(batch, 3);
+    o.seed = 11;
+    o.workers = workers;
+    o.shard_rank = rank;
+    o.shard_count = ranks;
+    o.even_shards = true;
+    o.transforms = {random_crop(6, 2), make_transform("horizontal_flip")};
+    Loader loader(counting(70, 6, 3), o);
+    std::vector<uint64_t> out;
+    for (const Batch& b : epoch_of(loader, epoch)) out.push_back(b.digest);
+    return out;
+  };
+  const std::vector<uint64_t> alone = digests(16, 0, 1, 0, 1);
+  ASSERT_EQ(alone.size(), 4u);
+  EXPECT_EQ(digests(16, 0, 1, 3, 1), alone);
+  const std::vector<uint64_t> rank0 = digests(8, 0, 2, 2, 1), rank1 = digests(8, 1, 2, 0, 1);
+  ASSERT_EQ(rank0.size(), 4u);
+  ASSERT_EQ(rank1.size(), 4u);
+  for (size_t k = 0; k < alone.size(); ++k) {
+    EXPECT_NE(rank0[k], 0u);
+    EXPECT_EQ(rank0[k] ^ rank1[k], alone[k]) << "batch " << k;
+  }
+  EXPECT_NE(digests(16, 0, 1, 0, 2), alone);
+}
+
 // The Loader takes a data set built elsewhere, so that it can be wrapped (here: reads counted).
 TEST(Loader, TakesAWrappedDataSet) {
   class Counting : public Dataset {

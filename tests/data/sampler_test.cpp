@@ -109,6 +109,77 @@ TEST(Sampler, EvenShardsGiveEveryRankTheSameBatches) {
   }
 }
 
+// The samples of each optimizer step over all ranks: step s is batches [s x steps, (s + 1) x steps)
+// of every rank.
+std::vector<std::multiset<int64_t>> global_steps(int64_t n, int64_t world, int64_t batch, int64_t steps,
+                                                 bool drop_last) {
+  std::vector<std::multiset<int64_t>> out;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    Sampler s(n, SamplerOptions()
+                     .set_batch_size(batch)
+                     .set_drop_last(drop_last)
+                     .set_seed(5)
+                     .set_rank(rank)
+                     .set_world_size(world)
+                     .set_even_shards(true)
+                     .set_step_batches(steps));
+    s.start_epoch(3);
+    for (int64_t k = 0; auto b = s.next(); ++k) {
+      const auto step = static_cast<size_t>(k / steps);
+      if (out.size() <= step) out.resize(step + 1);
+      for (int64_t id : samples_of(*b)) out[step].insert(id);
+    }
+  }
+  return out;
+}
+
+// Batches independent of the world size: 24 samples per optimizer step, cut as 1 x 24, 1 x 8 x 3
+// accumulated, 2 x 12, 2 x 4 x 3, 3 x 8, 4 x 6, 4 x 3 x 2 or 6 x 4: every step holds the same samples,
+// and the epoch the same whole steps (203 samples: 8 steps, the last 11 samples left out).
+TEST(Sampler, EveryOptimizerStepHoldsTheSameSamplesWhateverTheWorldSize) {
+  const auto reference = global_steps(203, 1, 24, 1, true);
+  ASSERT_EQ(reference.size(), 8u);
+  struct Cut { int64_t world, batch, steps; };
+  for (const Cut c : {Cut{1, 8, 3}, Cut{2, 12, 1}, Cut{2, 4, 3}, Cut{3, 8, 1}, Cut{4, 6, 1}, Cut{4, 3, 2}, Cut{6, 4, 1}}) {
+    const auto cut = global_steps(203, c.world, c.batch, c.steps, true);
+    EXPECT_EQ(cut, reference) << c.world << " rank(s) x batch " << c.batch << " x " << c.steps << " accumulated";
+  }
+  // Without drop_last the whole steps agree too (the last, partial one is padded per world size).
+  const auto kept = global_steps(203, 1, 24, 1, false), kept4 = global_steps(203, 4, 6, 1, false);
+  ASSERT_EQ(kept.size(), 9u);
+  ASSERT_EQ(kept4.size(), 9u);
+  EXPECT_TRUE(std::equal(reference.begin(), reference.end(), kept4.begin()));
+  EXPECT_EQ(kept.back().size(), 11u);
+  EXPECT_EQ(kept4.back().size(), 12u);  // 11 samples split as 3 + 3 + 3 + 3, one repeated
+}
+
+// Not only the step: rank r's batch k of N ranks is batch N x k + r of one process accumulating N
+// batches of the same size, so that each forward pass (batch norm statistics included) sees the same
+// samples.
+TEST(Sampler, RankSlicesAreTheBatchesOfOneProcessAccumulating) {
+  Sampler alone(100, SamplerOptions().set_batch_size(8).set_seed(5).set_even_shards(true).set_step_batches(2));
+  alone.start_epoch(1);
+  std::vector<std::vector<int64_t>> batches;
+  while (auto b = alone.next()) batches.push_back(samples_of(*b));
+  ASSERT_EQ(batches.size(), 12u);  // 6 whole steps of 16 (100 samples: 96 used)
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    Sampler s(100, SamplerOptions().set_batch_size(8).set_seed(5).set_rank(rank).set_world_size(2).set_even_shards(true));
+    s.start_epoch(1);
+    for (int64_t k = 0; auto b = s.next(); ++k) {
+      EXPECT_EQ(samples_of(*b), batches[static_cast<size_t>(2 * k + rank)]) << "rank " << rank << " batch " << k;
+    }
+    EXPECT_EQ(s.num_batches(), 6);
+  }
+}
+
+// With drop_last, gradient accumulation ends the epoch after the last whole step.
+TEST(Sampler, DropLastEndsTheEpochAfterTheLastWholeStep) {
+  Sampler s(100, SamplerOptions().set_batch_size(8).set_step_batches(3));
+  EXPECT_EQ(s.num_batches(), 12);  // 12 batches of 8 make 4 steps of 24; the 13th would start a fifth
+  Sampler kept(100, SamplerOptions().set_batch_size(8).set_step_batches(3).set_drop_last(false));
+  EXPECT_EQ(kept.num_batches(), 13);
+}
+
 TEST(Sampler, RejectsBadOptions) {
   using stoker::testing::error_of;
   EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_rank(2).set_world_size(2)); }),
@@ -117,6 +188,8 @@ TEST(Sampler, RejectsBadOptions) {
   EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(16)); }),
                   "10 samples are fewer than one batch of 16 with drop_last");
   EXPECT_CONTAINS(error_of([] { Sampler(0, SamplerOptions()); }), "the data set is empty");
+  EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(2).set_step_batches(0)); }),
+                  "step_batches must be at least 1");
 }
 
 }  // namespace

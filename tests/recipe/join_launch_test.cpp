@@ -2,7 +2,7 @@
 // --nproc-per-node 2 --no-python trainer ...` (the libtorch venv's Python; skipped, saying why,
 // without it). One run directory, metrics from rank 0 alone, sharded evaluation equal to one
 // process's; SIGINT to the launcher stops both ranks at one step, rank 0 saves, and the run resumes
-// on two ranks to the uninterrupted run's weights; another world size is refused.
+// on two ranks to the uninterrupted run's weights; one process taking a smaller global batch is refused.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -110,7 +110,8 @@ TEST_F(DistributedLaunch, OneRunDirectoryMetricsFromRankZeroAndShardedEvaluation
 // SIGINT to the launcher (as Ctrl-C on its terminal, or Slurm's scancel --signal=INT): torchrun
 // passes it to both ranks, they agree to stop at the same step, rank 0 saves last.pt; the run
 // resumes on two ranks and ends with exactly the uninterrupted run's weights (the same all-reduces
-// in the same order: bit-exact). Resuming it as one process is refused.
+// in the same order: bit-exact). Resuming it as one process with the same data.batch_size (half the
+// global batch) is refused, naming the flags that keep the global batch.
 TEST_F(DistributedLaunch, SigintStopsBothRanksAndTheRunResumesOnTwoRanksExactly) {
   const std::vector<std::string> sets = {"data.batch_size=8", "train.epochs=40"};
   ASSERT_EQ(torchrun("full", recipe("full", sets)), 0) << rank_log("full", 0) << rank_log("full", 1);
@@ -137,9 +138,10 @@ TEST_F(DistributedLaunch, SigintStopsBothRanksAndTheRunResumesOnTwoRanksExactly)
   EXPECT_EQ(diff, 0.0) << "the resumed run's weights differ from the uninterrupted run's by " << diff;
   EXPECT_EQ(testing::final_test_line(resumed0), testing::final_test_line(rank_log("full", 0)));
 
-  // Another world size: one process, no launcher.
+  // Another world size: one process, no launcher, 8 samples per step instead of 16.
   EXPECT_EQ(alone("alone", {"--resume", run.string(), "--set", "train.epochs=41", "--allow-config-change"}), 1);
-  EXPECT_CONTAINS(testing::read_bytes(dir_ / "alone.log"), "it was trained by 2 rank(s)");
+  EXPECT_CONTAINS(testing::read_bytes(dir_ / "alone.log"), "its run took 16 samples per optimizer step");
+  EXPECT_CONTAINS(testing::read_bytes(dir_ / "alone.log"), "--set train.effective_batch_size=16");
 }
 
 }  // namespace

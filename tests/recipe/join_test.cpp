@@ -241,5 +241,84 @@ TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
   EXPECT_CONTAINS(log1, fmt::format("stopped with the other ranks at step {}", step));
 }
 
+// The digest of each optimizer step's samples in `log`, XORed into `digests` by step
+// (logging.sample_digests: "samples of step S (epoch E, batch B): digest X").
+void add_digests(const std::string& log, std::map<int64_t, uint64_t>& digests) {
+  const std::string marker = "samples of step ";
+  for (size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+    const int64_t step = std::stoll(log.substr(at + marker.size()));
+    const size_t hex = log.find("digest ", at) + 7;
+    digests[step] ^= std::stoull(log.substr(hex, 16), nullptr, 16);
+  }
+}
+
+std::map<int64_t, uint64_t> digests_of(const std::vector<std::string>& logs) {
+  std::map<int64_t, uint64_t> digests;
+  for (const auto& log : logs) add_digests(log, digests);
+  return digests;
+}
+
+// Batches independent of the world size: with train.effective_batch_size 16 and batch 8, one process
+// accumulates two batches per step and two ranks take one each; every step trains on the same
+// samples with the same augmentation seeds (the ranks' digests XOR to the process's), and the weights
+// agree to float32 rounding. A run stopped on two ranks mid-epoch resumes as one process and goes on
+// with exactly the samples an uninterrupted one-process run trains on at those steps.
+TEST(DistributedTrainer, EveryStepSeesTheSameSamplesOnOneOrTwoRanksAndAResumeMayChangeTheWorldSize) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  const std::vector<std::string> sets = {"data.batch_size=8", "train.effective_batch_size=16",
+                                         "logging.sample_digests=true"};
+  const Ranks one = train(dir, "one", 1, sets);
+  ASSERT_EQ(one.exit_codes[0], 0) << one.logs[0];
+  const Ranks two = train(dir, "two", 2, sets);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(two.exit_codes[r], 0) << "rank " << r << ":\n" << two.logs[r];
+  const auto alone = digests_of(one.logs);
+  ASSERT_EQ(alone.size(), 8u) << one.logs[0];  // 2 epochs of 64 samples, 16 per step
+  EXPECT_EQ(digests_of(two.logs), alone);
+  const double diff = testing::max_difference(testing::recipe_weights(last_checkpoint(one.run_root)),
+                                              testing::recipe_weights(last_checkpoint(two.run_root)));
+  EXPECT_LT(diff, 2e-5) << "one process accumulating 2 x 8 and 2 ranks x 8 differ by " << diff;
+
+  // Stopped on two ranks mid-run (SIGTERM to rank 1; both stop at one step and rank 0 saves)...
+  std::vector<std::string> args = {"--config", (dir / "r.yaml").string(), "--set", "run.name=cut",
+                                   "--set", "train.epochs=100000"};
+  for (const auto& set : sets) args.insert(args.end(), {"--set", set});
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(testing::start_trainer(args, testing::launcher_env(r, 2, port), dir / fmt::format("cut{}.log", r)));
+  }
+  testing::Reaper reaper(pids);
+  ASSERT_TRUE(testing::wait_for_metrics(dir / "runs/cut", std::chrono::seconds(60)));
+  ::kill(pids[1], SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  testing::wait_until(pids[1], deadline);
+  testing::wait_until(pids[0], deadline);
+  const fs::path checkpoint = last_checkpoint(dir / "runs/cut");
+  const int64_t stopped = testing::checkpoint_step(checkpoint);
+  ASSERT_GT(stopped, 0);
+  // ...resumed as one process (train.epochs set so that it ends 7 steps later, mid-epoch or not)...
+  const int64_t epochs = (stopped + 7) / 4 + 1;
+  const std::string run_dir = checkpoint.parent_path().parent_path().string();
+  const pid_t resumed_pid = testing::start_trainer(
+      {"--resume", run_dir, "--set", fmt::format("train.epochs={}", epochs), "--allow-config-change"}, {},
+      dir / "resumed.log");
+  ASSERT_EQ(testing::wait_until(resumed_pid, std::chrono::steady_clock::now() + std::chrono::seconds(120)), 0)
+      << testing::read_bytes(dir / "resumed.log");
+  // ...trains the steps after the stop on the samples of an uninterrupted one-process run.
+  std::vector<std::string> reference_sets = sets;
+  reference_sets.push_back(fmt::format("train.epochs={}", epochs));
+  const Ranks reference = train(dir, "reference", 1, reference_sets);
+  ASSERT_EQ(reference.exit_codes[0], 0) << reference.logs[0];
+  const auto expected = digests_of(reference.logs);
+  const auto resumed = digests_of({testing::read_bytes(dir / "resumed.log")});
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(4 * epochs - stopped));
+  EXPECT_EQ(resumed.begin()->first, stopped + 1);
+  for (const auto& [step, digest] : resumed) EXPECT_EQ(digest, expected.at(step)) << "step " << step;
+  // The steps before the stop, on two ranks, were the reference's too.
+  const auto cut = digests_of({testing::read_bytes(dir / "cut0.log"), testing::read_bytes(dir / "cut1.log")});
+  for (int64_t step = 1; step <= stopped; ++step) EXPECT_EQ(cut.at(step), expected.at(step)) << "step " << step;
+}
+
 }  // namespace
 }  // namespace stoker

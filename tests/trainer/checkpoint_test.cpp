@@ -221,5 +221,28 @@ TEST(Checkpoint, ResolvesRunDirectories) {
   EXPECT_THROW(resolve_checkpoint(dir / "nothing"), Error);
 }
 
+// Stopped on N ranks, resumed on M: the batch of the epoch to continue at is the same place in the
+// epoch's order, for any cut of the same global batch; another global batch is refused, naming the
+// flags that keep it.
+TEST(ResumedBatchInEpoch, KeepsThePlaceInTheEpochForAnyCutOfTheGlobalBatch) {
+  TrainState saved;
+  saved.epoch = 2;
+  saved.batch_in_epoch = 6;  // 6 batches of 64 on each of 2 ranks: 768 samples into the epoch
+  saved.world_size = 2;
+  saved.batch_size = 64;
+  saved.accumulate_steps = 1;
+  EXPECT_EQ(resumed_batch_in_epoch(saved, 2, 64, 1, "c.pt"), 6);   // the same cut
+  EXPECT_EQ(resumed_batch_in_epoch(saved, 1, 128, 1, "c.pt"), 6);  // one process, batch 128
+  EXPECT_EQ(resumed_batch_in_epoch(saved, 1, 64, 2, "c.pt"), 12);  // one process accumulating 2 x 64
+  EXPECT_EQ(resumed_batch_in_epoch(saved, 4, 16, 2, "c.pt"), 12);  // 4 ranks accumulating 2 x 16
+  const std::string error = testing::error_of([&] { resumed_batch_in_epoch(saved, 1, 64, 1, "c.pt"); });
+  EXPECT_CONTAINS(error, "cannot resume c.pt: its run took 128 samples per optimizer step (2 rank(s) x batch 64 x 1");
+  EXPECT_CONTAINS(error, "--set train.effective_batch_size=128");
+  EXPECT_CONTAINS(error, "--set data.batch_size=128");
+  // A checkpoint from before the cut was recorded keeps its batch (the recipe checks its world size).
+  saved.batch_size = 0;
+  EXPECT_EQ(resumed_batch_in_epoch(saved, 1, 64, 1, "c.pt"), 6);
+}
+
 }  // namespace
 }  // namespace stoker

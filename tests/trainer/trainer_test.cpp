@@ -327,16 +327,20 @@ TEST_F(MixedPrecisionTest, EffectiveBatchSizeDerivesAccumulationOrIsAClearError)
                   "set only one of them");
 }
 
-// An epoch whose batch count is not a multiple of accumulate_steps ends with a shorter group,
-// which still steps: 640 / 32 = 20 batches, groups of 3 -> 7 optimizer steps per epoch.
-TEST_F(TrainerTest, AccumulationStepsOncePerGroupAndAtTheEndOfTheEpoch) {
-  TrainRequest request;
-  request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
-  request.config.train.accumulate_steps = 3;
-  request.config.train.epochs = 2;
-  const TrainOutcome out = run_training(request);
-  EXPECT_EQ(out.state.step, 2 * 7);
-  EXPECT_GT(out.final_test.top1, 0.5);
+// 640 / 32 = 20 batches in groups of 3: with data.drop_last the epoch ends after its last whole
+// step (6 steps, 18 batches: a step never mixes a partial group, whatever the world size); without
+// it the epoch ends with a shorter group, which still steps (7 steps).
+TEST_F(TrainerTest, AccumulationStepsOncePerGroupAndDropLastEndsTheEpochAfterTheLastWholeStep) {
+  for (const bool drop_last : {true, false}) {
+    TrainRequest request;
+    request.config = stoker::testing::tiny_config(data_.path(), runs_.path());
+    request.config.train.accumulate_steps = 3;
+    request.config.train.epochs = 2;
+    request.config.data.drop_last = drop_last;
+    const TrainOutcome out = run_training(request);
+    EXPECT_EQ(out.state.step, 2 * (drop_last ? 6 : 7)) << "drop_last " << drop_last;
+    EXPECT_GT(out.final_test.top1, 0.5);
+  }
 }
 
 TEST_F(TrainerTest, Bf16MixedOnTheCpuLearns) {
