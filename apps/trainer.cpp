@@ -1,6 +1,6 @@
 // `trainer`: the command-line program. It parses arguments and calls the library; nothing here
 // that a library user would miss. `trainer --help` lists the subcommands (train, the default, then
-// bench-data, bench-step, eval, predict, doctor, report, export); `trainer SUBCOMMAND --help` lists the flags of each.
+// bench-data, bench-step, eval, predict, doctor, report, export, pack); `trainer SUBCOMMAND --help` lists the flags of each.
 //
 // The file reads top to bottom: the flags each subcommand takes, the subcommand table that names
 // each with its flags and its handler (apps/trainer_commands.h), then the parsing (CLI11) and its
@@ -39,6 +39,21 @@ CLI::Validator positive_whole_number() {
         }
         if (used == value.size() && n > 0) return "";
         return fmt::format("takes a positive whole number, not '{}'", value);
+      },
+      "");
+}
+
+CLI::Validator whole_number_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        size_t used = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(value, &used);
+        } catch (const std::exception&) {
+        }
+        if (used == value.size() && n >= lo && n <= hi) return "";
+        return fmt::format("takes a whole number from {} to {}, not '{}'", lo, hi, value);
       },
       "");
 }
@@ -182,6 +197,18 @@ void export_flags(CLI::App& app, Args& a) {
   set_flag(app, a, "override one value of that config; repeatable");
 }
 
+void pack_flags(CLI::App& app, Args& a) {
+  value_flag(app, "--from", a.pack_from, "DIR", "an ImageFolder (train/<class>/*.jpg, val/...) or an IDX folder\n"
+             "(train-images-idx3-ubyte[.gz], t10k-...)")->required();
+  value_flag(app, "--to", a.pack_to, "DIR", "the folder for the shards (created; must hold no .tar files)")->required();
+  value_flag(app, "--max-side", a.max_side, "N", "scale images whose longer side is larger down to N pixels and\n"
+             "store them as JPEG (default: keep the images as they are)")->check(positive_whole_number());
+  value_flag(app, "--quality", a.quality, "Q", "JPEG quality of re-encoded images, 1..100 (default 90)")
+      ->check(whole_number_in(1, 100));
+  value_flag(app, "--shard-size", a.shard_size_mb, "MB", "close a shard before it grows past this (default 256)")
+      ->check(CLI::PositiveNumber);
+}
+
 // ---- the subcommand table ---------------------------------------------------------------------------
 // One row per subcommand: its name, its line in `trainer --help`, the text of `trainer NAME --help`,
 // the flags it takes and the handler that runs it. The first row is what runs when no subcommand is
@@ -243,6 +270,13 @@ const Subcommand kSubcommands[] = {
      "there): torch.jit.load(FILE) in Python, torch::jit::load in C++; inputs normalised as\n"
      "data.mean / data.std say. ONNX from there: torch.onnx.export(torch.jit.load(FILE), ...).",
      export_flags, stoker::apps::export_weights},
+    {"pack", "write a data set as WebDataset tar shards (optionally scaled down)",
+     "Writes an ImageFolder or IDX data set as WebDataset shards in --to: train-000000.tar, ...\n"
+     "and val-000000.tar, ... (ustar; members <key>.jpg|png and <key>.cls, in a seeded random\n"
+     "order), each shard's index (.idx, DALI's wds2idx format) and _info.json (timm's layout).\n"
+     "Each shard is written under a temporary name and renamed when complete. Train from them\n"
+     "with data.type: webdataset (docs/shards.md).",
+     pack_flags, stoker::apps::pack},
 };
 
 // ---- parsing: the table into CLI11, the default subcommand, usage errors as one sentence ----------

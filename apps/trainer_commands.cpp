@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "common/log.h"
+#include "data/pack.h"
 #include "doctor/autotune.h"
 #include "doctor/decisions.h"
 #include "doctor/doctor.h"
@@ -414,6 +415,28 @@ int export_weights(const Args& args) {
   stoker::export_checkpoint(request);
   std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
               request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
+  return 0;
+}
+
+int pack(const Args& args) {
+  data::PackOptions o;
+  o.from = args.pack_from;
+  o.to = args.pack_to;
+  o.max_side = args.max_side;
+  o.quality = static_cast<int>(args.quality);
+  o.shard_size_mb = args.shard_size_mb;
+  auto& log = stoker::logger();
+  o.progress = [&log](const std::string& split, const std::string& shard, int64_t done, int64_t total) {
+    log.info("pack {}: {} written ({} of {} samples, {:.0f}%)", split, shard, done, total, 100.0 * done / total);
+  };
+  log.info("pack: {} -> {}{}", o.from, o.to,
+           o.max_side > 0 ? fmt::format(" (longer side at most {} px, JPEG quality {})", o.max_side, o.quality) : "");
+  const std::vector<data::PackedSplit> splits = data::pack_dataset(o);
+  for (const data::PackedSplit& s : splits) {
+    log.info("{}: {} samples in {} shards, {:.1f} MB", s.name, s.samples, s.shards.size(), s.bytes / 1e6);
+  }
+  log.info("wrote {}/_info.json, which names the shards: train from them with data.type: webdataset and "
+           "data.root: {} (docs/shards.md)", o.to, o.to);
   return 0;
 }
 

@@ -42,6 +42,10 @@ struct Args {
   std::vector<std::string> compare;    // report
   std::string output_file;             // report, export
   std::string format = "state_dict";   // export
+  std::string pack_from, pack_to;      // pack
+  int64_t max_side = 0;                // pack: 0 keeps the images as they are
+  int64_t quality = 90;                // pack: JPEG quality of re-encoded images
+  double shard_size_mb = 256;          // pack
 };
 
 // The handlers; each returns the exit status (0 done, 130 stopped by a signal) and throws on errors.
@@ -53,5 +57,6 @@ int predict(const Args& args);
 int doctor(const Args& args);
 int report(const Args& args);
 int export_weights(const Args& args);
+int pack(const Args& args);
 
 }  // namespace stoker::apps

@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/random.h"
+#include "data/webdataset.h"
 
 namespace stoker::data {
 namespace fs = std::filesystem;
@@ -328,6 +329,8 @@ Registry<DatasetType>& dataset_registry() {
            [](const DatasetOptions& o) { return std::make_shared<ImageFolderDataset>(o); });
     r->add("synthetic", {options_of<SyntheticOptions>(),
                          [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); }});
+    r->add("webdataset", {options_of<WebDatasetOptions>(),
+                          [](const DatasetOptions& o) { return std::make_shared<WebDataset>(o); }});
     return r;
   }();
   return *registry;

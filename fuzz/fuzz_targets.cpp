@@ -20,6 +20,8 @@
 #include "data/dataset.h"
 #include "data/decode.h"
 #include "data/idx.h"
+#include "data/tar.h"
+#include "data/webdataset.h"
 #include "models/pickle.h"
 #include "models/torch_save.h"
 #include "recipe/config.h"
@@ -165,6 +167,37 @@ void cifar(const uint8_t* data, size_t size) {
   }
 }
 
+void tar(const uint8_t* data, size_t size) {
+  std::vector<data::TarMember> members;
+  try {
+    members = data::scan_tar(data, size, "fuzz-input.tar");
+  } catch (const Error&) {
+    return;
+  }
+  for (const auto& m : members) {
+    require(m.offset >= 512 && m.offset % 512 == 0 && m.size >= 0 &&
+                m.size <= static_cast<int64_t>(size) - m.offset,
+            "a tar member's payload lies outside the archive");
+  }
+  std::vector<data::WdsSample> samples;
+  try {
+    samples = data::group_samples(members, "fuzz-input.tar");
+  } catch (const Error&) {
+    return;
+  }
+  // The cached index reads back as what was written (or is not written at all).
+  const std::string text = data::format_shard_index(samples, static_cast<int64_t>(size), 1);
+  if (text.empty() || samples.empty()) return;
+  std::vector<data::WdsSample> again;
+  require(data::parse_shard_index(text, static_cast<int64_t>(size), 1, again),
+          "the index of a scanned archive does not parse back");
+  require(again.size() == samples.size(), "the index parses back to another number of samples");
+  for (size_t i = 0; i < samples.size(); ++i) {
+    require(again[i].key == samples[i].key && again[i].members.size() == samples[i].members.size(),
+            "the index parses back to other samples");
+  }
+}
+
 void pickle(const uint8_t* data, size_t size) {
   const models::pickle::StorageLoader zeros = [](const std::string&, const std::string&,
                                                  int64_t numel) {
@@ -219,7 +252,8 @@ void config(const uint8_t* data, size_t size) {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {{"image", image},           {"idx", idx},
-                                          {"cifar", cifar},           {"pickle", pickle},
+                                          {"cifar", cifar},           {"tar", tar},
+                                          {"pickle", pickle},
                                           {"torch_save", torch_save}, {"config", config}};
   return all;
 }

@@ -1,5 +1,5 @@
 // The bodies of Stoker's fuzz targets: each feeds one input to one parser of files that users
-// bring (images, IDX, CIFAR batches, pickles, torch.save files, YAML configs) and accepts only the
+// bring (images, IDX, CIFAR batches, tar shards, pickles, torch.save files, YAML configs) and accepts only the
 // parser's documented failure, a stoker::Error (pickle::Error for the bare unpickler). Anything
 // else - a crash, a sanitizer report, another exception, an allocation beyond the fuzzer's limit -
 // is a bug. Compiled twice: into the libFuzzer programs (fuzz/fuzz_main.cpp, scripts/fuzz.sh) and
@@ -25,6 +25,8 @@ void cifar(const uint8_t* data, size_t size);
 void pickle(const uint8_t* data, size_t size);
 // read_torch_save on the input as a torch.save zip file.
 void torch_save(const uint8_t* data, size_t size);
+// scan_tar on the input as a tar shard, then group_samples and the index text's round trip.
+void tar(const uint8_t* data, size_t size);
 // parse_config on the input as YAML (lines "#set key=value" are --set overrides), then the
 // round trip: config_to_yaml of the result must parse back to the same YAML.
 void config(const uint8_t* data, size_t size);

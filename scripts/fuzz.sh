@@ -2,7 +2,7 @@
 # Builds Stoker's libFuzzer targets (fuzz/) with clang and runs each for a bounded time.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   run every target (or those named) for SECONDS each
-#                                           (default 30): image idx cifar pickle torch_save config
+#                                           (default 30): image idx cifar tar pickle torch_save config
 #   scripts/fuzz.sh --build-only            build the targets and stop
 #
 # Needs a normal build first (./stoker.sh build): the targets link its installed package, and
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${STOKER_BUILD_DIR:-build/release}
 FUZZ_DIR=${STOKER_FUZZ_DIR:-build/fuzz}
 RSS_MB=${STOKER_FUZZ_RSS_MB:-2048}
-ALL_TARGETS=(image idx cifar pickle torch_save config)
+ALL_TARGETS=(image idx cifar tar pickle torch_save config)
 
 seconds=30 build_only=0
 if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi

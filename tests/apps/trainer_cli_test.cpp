@@ -104,7 +104,7 @@ TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
                      "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
                      "eval");
   expect_usage_error("frobnicate --config a.yaml",
-                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor, report, export",
+                     "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor, report, export, pack",
                      "");
   expect_usage_error("train extra --config a.yaml", "unexpected argument 'extra' for 'train'", "train");
 }

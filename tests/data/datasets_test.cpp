@@ -187,7 +187,7 @@ TEST(Synthetic, IsDeterministicAndSized) {
 
 TEST(DatasetRegistry, UnknownTypeListsKnownOnes) {
   EXPECT_CONTAINS(error_of([&] { create_dataset(options("lmdb", "/x")); }),
-                  "unknown dataset type 'lmdb'; known: cifar10, cifar100, idx, image_folder, synthetic");
+                  "unknown dataset type 'lmdb'; known: cifar10, cifar100, idx, image_folder, synthetic, webdataset");
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+// Writing a data set as WebDataset shards (`trainer pack`): an ImageFolder (train/ and val/ of class
+// folders) or an IDX folder (MNIST / Fashion-MNIST) becomes `train-000000.tar`, ... and
+// `val-000000.tar`, ... of ustar members `<key>.jpg|png` + `<key>.cls`, each shard's index beside it,
+// and `_info.json` (timm's layout: per split its shard names and their lengths).
+//
+// Samples go into the shards in a seeded random order, so that a reader streaming shards (Python's
+// webdataset with a shuffle buffer) sees mixed classes. With max_side, images whose longer side is
+// larger are decoded, scaled down to it and written as JPEG at `quality`; otherwise the original
+// bytes are kept (IDX images, which are raw pixels, are written as PNG). Each shard is written
+// under a temporary name and renamed when complete, so a killed pack leaves no shard that looks
+// whole; `_info.json` is written last.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace stoker::data {
+
+struct PackOptions {
+  std::string from;          // an ImageFolder root or an IDX folder
+  std::string to;            // the output folder: created, and must hold no .tar files yet
+  int64_t max_side = 0;      // 0: keep the images as they are
+  int quality = 90;          // JPEG quality of re-encoded images
+  double shard_size_mb = 256;  // a shard is closed before it would grow past this
+  uint64_t seed = 0;         // the order of the samples in the shards
+  // Called after each shard is written: the split, samples written and the split's total.
+  std::function<void(const std::string& split, const std::string& shard, int64_t done, int64_t total)> progress;
+};
+
+struct PackedSplit {
+  std::string name;                 // train | validation (timm's split names)
+  std::vector<std::string> shards;  // file names, in order
+  std::vector<int64_t> lengths;     // samples per shard
+  int64_t samples = 0, bytes = 0;
+};
+
+std::vector<PackedSplit> pack_dataset(const PackOptions& options);
+
+}  // namespace stoker::data
