@@ -22,6 +22,9 @@ struct RawSample {
   std::vector<uint8_t> bytes;  // the file's contents when encoded
   Image image;                 // HWC uint8 when not encoded
   int64_t label = 0;
+  // Set by the Loader before read: the epoch the sample is read for, from 0 (0 elsewhere). A data set may
+  // read it (the synthetic data set's slow_from_epoch); the sample's pixels must not depend on it.
+  int64_t epoch = 0;
 };
 
 class Dataset {
@@ -61,6 +64,12 @@ struct SyntheticOptions : TypeOptionsOf<SyntheticOptions> {
   int64_t test_samples = 1000;
   int64_t height = 32, width = 32, channels = 3;
   int64_t cpu_cost_us = 0;  // busy CPU time per sample, standing in for an expensive decode
+  // From epoch slow_from_epoch on (counted from 1, as the log counts them; 0 = never), each read also
+  // sleeps slow_read_us: an input cost that rises mid-run (a slower disk), for data.autotune:
+  // continuous. A sleep, not busy CPU, so that more workers cure it even on few cores; a function of
+  // the epoch alone, so the same whatever the worker count or the number of processes.
+  int64_t slow_from_epoch = 0;
+  int64_t slow_read_us = 0;
   void visit(OptionsVisitor& v) override;
   void check() const override;
 };

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -258,10 +259,16 @@ void SyntheticOptions::visit(OptionsVisitor& v) {
   v.field("width", width, rules::at_least(1));
   v.field("channels", channels, rules::number("1 or 3", 1, 3));
   v.field("cpu_cost_us", cpu_cost_us, rules::at_least(0));
+  v.field("slow_from_epoch", slow_from_epoch, rules::at_least(0));
+  v.field("slow_read_us", slow_read_us, rules::at_least(0));
 }
 
 void SyntheticOptions::check() const {
   if (channels != 1 && channels != 3) STOKER_FAIL("channels must be 1 or 3, got {}", channels);
+  if ((slow_from_epoch > 0) != (slow_read_us > 0)) {
+    STOKER_FAIL("slow_from_epoch ({}) and slow_read_us ({}) go together: set both (the epoch from which "
+                "each read sleeps that long) or neither", slow_from_epoch, slow_read_us);
+  }
 }
 
 SyntheticDataset::SyntheticDataset(const DatasetOptions& options)
@@ -310,6 +317,9 @@ void SyntheticDataset::read(int64_t index, RawSample& out) const {
     const auto until = start + std::chrono::microseconds(own_.cpu_cost_us);
     while (std::chrono::steady_clock::now() < until) {
     }
+  }
+  if (own_.slow_from_epoch > 0 && out.epoch + 1 >= own_.slow_from_epoch) {
+    std::this_thread::sleep_for(std::chrono::microseconds(own_.slow_read_us));  // a slower disk
   }
 }
 

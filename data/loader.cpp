@@ -133,6 +133,7 @@ void Loader::fill(HostBatch& batch, const SampledBatch& sampled, SampleWork& wor
   uint8_t* images = batch.images.data_ptr<uint8_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   const int64_t slot_bytes = pipeline_.slot_bytes();
+  work.raw.epoch = sampled.epoch;  // the data set may read it (synthetic slow_from_epoch)
   for (int64_t slot = 0; slot < batch.count; ++slot) {
     const int64_t sample = sampled.sample(slot);
     const uint64_t seed = sample_seed(options_.seed, sampled.epoch, sample);

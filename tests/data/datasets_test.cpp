@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "common/error.h"
@@ -183,6 +184,35 @@ TEST(Synthetic, IsDeterministicAndSized) {
   RawSample st;
   create_dataset(o)->read(7, st);
   EXPECT_NE(st.image.pixels, sa.image.pixels) << "train and test differ";
+}
+
+// The rising input cost of data.autotune: continuous's demonstration: from slow_from_epoch on each
+// read sleeps slow_read_us (at least that long: a lower bound, not a ratio), and the sample is the same.
+TEST(Synthetic, SlowFromEpochSleepsEachReadFromThatEpochOnWithTheSamePixels) {
+  DatasetOptions o = options("synthetic", "");
+  o.own = dataset_type_options("synthetic");
+  auto& own = o.own.as<SyntheticOptions>();
+  own.train_samples = 4;
+  own.height = own.width = 4;
+  own.slow_from_epoch = 2;
+  own.slow_read_us = 30000;
+  auto d = create_dataset(o);
+  auto read_at = [&](int64_t epoch, RawSample& out) {
+    out.epoch = epoch;
+    const auto start = std::chrono::steady_clock::now();
+    d->read(3, out);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  RawSample before, at, after;
+  read_at(0, before);  // the first epoch (epochs count from 1 in the key, as in the log)
+  EXPECT_GE(read_at(1, at), 0.030);
+  EXPECT_GE(read_at(4, after), 0.030);
+  EXPECT_EQ(at.image.pixels, before.image.pixels);
+  EXPECT_EQ(after.image.pixels, before.image.pixels);
+  EXPECT_EQ(at.label, before.label);
+
+  own.slow_read_us = 0;  // one without the other is refused, naming both
+  EXPECT_CONTAINS(error_of([&] { own.check(); }), "slow_from_epoch (2) and slow_read_us (0) go together");
 }
 
 TEST(DatasetRegistry, UnknownTypeListsKnownOnes) {

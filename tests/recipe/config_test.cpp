@@ -190,8 +190,8 @@ data:
             "but data.type is idx; remove it or change data.type");
   EXPECT_EQ(error_of("data:\n  type: synthetic\n  synthetic: {depth: 2}\n"),
             "recipe.yaml: data.synthetic.depth at line 3: unknown key 'depth' in section "
-            "'data.synthetic'; known keys: channels, cpu_cost_us, height, test_samples, train_samples, "
-            "width");
+            "'data.synthetic'; known keys: channels, cpu_cost_us, height, slow_from_epoch, slow_read_us, "
+            "test_samples, train_samples, width");
   EXPECT_EQ(parse_config("", "r.yaml", {"data.type=synthetic", "data.synthetic.cpu_cost_us=250"})
                 .data.dataset.as<data::SyntheticOptions>()
                 .cpu_cost_us,
