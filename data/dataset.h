@@ -22,6 +22,7 @@ struct RawSample {
   std::vector<uint8_t> bytes;  // the file's contents when encoded
   Image image;                 // HWC uint8 when not encoded
   int64_t label = 0;
+  int64_t opens = 0;           // files this read opened (the pipeline zeroes it before each read)
 };
 
 class Dataset {
