@@ -187,6 +187,10 @@ int bench_data(const Args& args) {
   std::printf("  transform        %10.1f   (crop/resize/flip, written into the batch slot)\n", 1e6 * r.stages.transform / n);
   std::printf("  copy + convert   %10.1f   (to the device, uint8 -> normalised float; caller)\n", 1e6 * r.stages.copy / n);
   std::printf("  wait             %10.1f   (caller blocked waiting for workers)\n", 1e6 * r.stages.wait / n);
+  std::printf("read               %10.1f   KB and %.2f file opens a sample (%.1f MB/s, %.0f opens/s)\n",
+              1e-3 * static_cast<double>(r.stages.read_bytes) / n, static_cast<double>(r.stages.read_opens) / n,
+              r.seconds > 0 ? 1e-6 * static_cast<double>(r.stages.read_bytes) / r.seconds : 0.0,
+              r.seconds > 0 ? static_cast<double>(r.stages.read_opens) / r.seconds : 0.0);
   if (r.stages.bad_samples > 0) std::printf("bad samples skipped: %lld\n", (long long)r.stages.bad_samples);
   nlohmann::ordered_json json;
   json["samples_per_s"] = r.samples_per_s;
@@ -197,6 +201,8 @@ int bench_data(const Args& args) {
   json["transform_us"] = 1e6 * r.stages.transform / n;
   json["copy_us"] = 1e6 * r.stages.copy / n;
   json["wait_us"] = 1e6 * r.stages.wait / n;
+  json["read_bytes_per_sample"] = static_cast<double>(r.stages.read_bytes) / n;
+  json["read_opens_per_sample"] = static_cast<double>(r.stages.read_opens) / n;
   json["workers"] = config.data.workers;
   json["batch_size"] = loader.options().batch_size;
   std::printf("%s\n", json.dump().c_str());

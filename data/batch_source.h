@@ -39,6 +39,9 @@ struct StageTimes {
   double wait = 0;                              // caller blocked in next() for a batch
   double copy = 0;                              // host -> device copy and conversion to float
   int64_t samples = 0, batches = 0, bad_samples = 0;
+  // What the read stage handed out: bytes (encoded files, or pixels of decoded data sets) and the
+  // files it opened (about one a sample for ImageFolder; a shard's file only once).
+  int64_t read_bytes = 0, read_opens = 0;
 };
 
 // The shape of one input sample as a source hands it out: channels, height, width (height and width

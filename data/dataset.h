@@ -25,6 +25,7 @@ struct RawSample {
   // Set by the Loader before read: the epoch the sample is read for, from 0 (0 elsewhere). A data set may
   // read it (the synthetic data set's slow_from_epoch); the sample's pixels must not depend on it.
   int64_t epoch = 0;
+  int64_t opens = 0;           // files this read opened (the pipeline zeroes it before each read)
 };
 
 class Dataset {

@@ -219,6 +219,7 @@ void ImageFolderDataset::read(int64_t index, RawSample& out) const {
   out.label = labels_[index];
   std::FILE* f = std::fopen(path.c_str(), "rb");
   STOKER_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
+  out.opens = 1;
   std::fseek(f, 0, SEEK_END);
   const long size = std::ftell(f);
   std::fseek(f, 0, SEEK_SET);
@@ -245,6 +246,7 @@ void ImageFilesDataset::read(int64_t index, RawSample& out) const {
                fs::exists(path) ? "permission denied" : "no such file");
   out.encoded = true;
   out.label = -1;
+  out.opens = 1;
   out.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   STOKER_CHECK(!in.bad(), "cannot read image {}: read error", path.string());
   STOKER_CHECK(!out.bytes.empty(), "cannot read image {}: the file is empty", path.string());

@@ -30,7 +30,12 @@ SamplePipeline::SamplePipeline(std::shared_ptr<Dataset> dataset, SamplePipelineO
 void SamplePipeline::read(int64_t index, SampleWork& work) {
   StageTimer<std::atomic<int64_t>> timer(read_ns_, "read");
   work.index = index;
+  work.raw.opens = 0;
   dataset_->read(index, work.raw);
+  const RawSample& raw = work.raw;
+  read_bytes_ += raw.encoded ? static_cast<int64_t>(raw.bytes.size())
+                             : raw.image.height * raw.image.width * raw.image.channels;
+  read_opens_ += raw.opens;
 }
 
 void SamplePipeline::decode(uint64_t seed, SampleWork& work) {
@@ -119,6 +124,8 @@ StageTimes SamplePipeline::take_times() {
   t.decode = static_cast<double>(decode_ns_.exchange(0)) * 1e-9;
   t.transform = static_cast<double>(transform_ns_.exchange(0)) * 1e-9;
   t.bad_samples = bad_count_.exchange(0);
+  t.read_bytes = read_bytes_.exchange(0);
+  t.read_opens = read_opens_.exchange(0);
   return t;
 }
 

@@ -92,7 +92,8 @@ class SamplePipeline {
   // with neither, or when 16 replacements fail too, the error is thrown.
   int64_t fill(int64_t index, uint64_t seed, uint8_t* slot, SampleWork& work);
 
-  // Seconds in read, decode and transform (summed over threads) and the bad samples, since the last call.
+  // Seconds in read, decode and transform (summed over threads), the bytes read and files opened, and
+  // the bad samples, since the last call.
   StageTimes take_times();
   // Files of the samples skipped as unreadable so far.
   std::vector<std::string> bad_samples() const;
@@ -102,6 +103,7 @@ class SamplePipeline {
   SamplePipelineOptions options_;
   int64_t channels_ = 0, out_height_ = 0, out_width_ = 0;
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, bad_count_{0};
+  std::atomic<int64_t> read_bytes_{0}, read_opens_{0};
   mutable std::mutex bad_mutex_;
   std::vector<std::string> bad_names_;
 };

@@ -193,6 +193,7 @@ void WebDataset::read(int64_t index, RawSample& out) const {
   STOKER_CHECK(e.image >= 0, "sample {} has no image member ({}; it has: {}); set "
                "data.webdataset.image_extensions", describe(index), own_.image_extensions, extensions_of(s));
   out.encoded = true;
+  out.opens = fds_[e.shard].load(std::memory_order_acquire) < 0 ? 1 : 0;  // the shard's first read opens it
   out.label = parse_label(e, s);
   pread_member(e.shard, s.members[e.image], out.bytes);
 }

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "doctor/doctor.h"
 #include "common/log.h"
+#include "doctor/reads.h"
 
 namespace stoker {
 namespace fs = std::filesystem;
@@ -233,6 +234,7 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
   if (worst->name == "host-cached") {
     copy_remedy(c, d);
   } else {
+    if (worst->name == "full") doctor::small_reads_remedy(c, *full, d);
     worker_remedy(c, rungs, *worst, *ceiling, *full, d);
   }
   return d;
@@ -276,6 +278,10 @@ std::string format_ladder(const LadderResult& result) {
                        1e6 / r.samples_per_s);
   }
   out += "(stage columns: CPU microseconds per sample, summed over workers; us/sam: wall time per sample)\n";
+  for (const RungResult& r : result.rungs) {
+    const std::string rates = r.name == "full" && r.measured ? doctor::read_rates(r) : "";
+    if (!rates.empty()) out += fmt::format("full rung {}\n", rates);
+  }
   if (!c.step_variants.empty()) {
     out += fmt::format("\ntraining step by precision and layout (synthetic batch of {}):\n", c.batch_size);
     for (const StepVariant& v : c.step_variants) {
@@ -317,6 +323,11 @@ nlohmann::ordered_json ladder_json_object(const LadderResult& result) {
     json[key + "_samples_per_s"] = r.samples_per_s;
     json[key + "_ratio"] = r.ratio;
     json[key + "_wait_share"] = r.wait_share;
+    if (r.name == "full" && r.seconds > 0 && r.samples > 0) {
+      json["full_read_bytes_per_s"] = static_cast<double>(r.stages.read_bytes) / r.seconds;
+      json["full_read_opens_per_s"] = static_cast<double>(r.stages.read_opens) / r.seconds;
+      json["full_read_opens_per_sample"] = static_cast<double>(r.stages.read_opens) / static_cast<double>(r.samples);
+    }
   }
   json["input_bound"] = result.diagnosis.input_bound;
   json["bottleneck"] = result.diagnosis.bottleneck;

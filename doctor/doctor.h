@@ -69,6 +69,9 @@ struct LadderContext {
   int64_t cores = 0;            // hardware threads of this machine
   int64_t torch_threads = 0;    // libtorch's intra-op threads during the ladder
   int64_t dataset_samples = 0;  // samples in the training split
+  std::string data_type, data_root;  // data.type and data.root, for the remedies' commands
+  int64_t channels = 0;         // of the decoded images
+  int64_t out_side = 0;         // the longer side of the samples the transforms hand out
   double full_decoded_cache_bytes = 0;  // what a decoded cache of the whole split would take
   double full_raw_cache_bytes = 0;      // and a raw one
   // run.threads: 0 (the default): on the CPU libtorch gets the cores the loader's workers leave, so

@@ -210,6 +210,10 @@ LadderContext ladder_context(const Config& config, const doctor::Bench& bench) {
   ctx.hardware = detect_hardware(bench.device).summary();
   ctx.channels_last = config.train.channels_last;
   ctx.dataset_samples = bench.dataset->size();
+  ctx.data_type = config.data.dataset.type();
+  ctx.data_root = config.data.root;
+  ctx.channels = bench.dataset->channels();
+  ctx.out_side = std::max(bench.loader->out_height(), bench.loader->out_width());
   return ctx;
 }
 

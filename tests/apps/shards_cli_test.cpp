@@ -22,6 +22,7 @@
 #include "data/encode.h"
 #include "data/tar.h"
 #include "data/webdataset.h"
+#include "recipe/distributed_procs.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -210,6 +211,58 @@ TEST(ShardsCli, KilledMidEpochAndResumedLogsTheLossesOfTheUninterruptedRun) {
   EXPECT_EQ(got, want);
   EXPECT_TRUE(resumed_consistent) << "a step logged before the kill logged another loss after the resume";
   std::cout << "killed run: " << resumed_lines - 24 << " step(s) logged before the kill and again after the resume\n";
+}
+
+// The logs of the shard recipe in `dir` trained as `ranks` processes (Gloo ranks started by hand with
+// a launcher's variables when more than one) with `sets`; a rank that fails is reported.
+std::vector<std::string> train_ranks(const TempDir& dir, const std::string& name, int ranks,
+                                     const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"--config", (dir / "r.yaml").string(), "--set", "run.name=" + name};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const std::string port = std::to_string(stoker::testing::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    const auto env = ranks > 1 ? stoker::testing::launcher_env(r, ranks, port) : std::map<std::string, std::string>();
+    pids.push_back(stoker::testing::start_trainer(args, env, dir / fmt::format("{}.rank{}.log", name, r)));
+  }
+  stoker::testing::Reaper reaper(pids);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::vector<std::string> logs;
+  for (int r = 0; r < ranks; ++r) {
+    const int code = stoker::testing::wait_until(pids[r], deadline);
+    logs.push_back(stoker::testing::read_bytes(dir / fmt::format("{}.rank{}.log", name, r)));
+    EXPECT_EQ(code, 0) << name << " rank " << r << ":\n" << logs.back();
+  }
+  return logs;
+}
+
+// Issue 21, batches independent of the world size on shards: one process with batch 16 and two Gloo
+// ranks with batch 8 each, both with two loader workers and random crops and flips, train every
+// optimizer step on the same samples with the same augmentation seeds (logging.sample_digests; the
+// ranks' digests XOR to the process's).
+TEST(ShardsCli, OneProcessAndTwoGlooRanksTrainEveryStepOnTheSameSamplesAndDraws) {
+  TempDir dir;
+  write_png_shards(dir.path(), "train", 96, 32);
+  write_png_shards(dir.path(), "val", 12, 12);
+  std::ofstream(dir / "r.yaml") << shard_recipe(dir.path(), 2);
+  const std::vector<std::string> sets = {"train.epochs=2", "logging.sample_digests=true"};
+  std::vector<std::string> one_sets = sets, two_sets = sets;
+  one_sets.push_back("data.batch_size=16");
+  two_sets.push_back("data.batch_size=8");
+  const auto one = train_ranks(dir, "one", 1, one_sets);
+  const auto two = train_ranks(dir, "two", 2, two_sets);
+  if (::testing::Test::HasFailure()) return;
+  EXPECT_CONTAINS(two[0], "distributed: rank 0 of 2");
+  EXPECT_CONTAINS(two[0], "epochs done:     2 of 2 (12 optimizer steps)");
+  const auto alone = stoker::testing::sample_digests(one);
+  ASSERT_EQ(alone.size(), 12u) << one[0];  // 2 epochs of 96 samples, 16 a step
+  const auto ranks = stoker::testing::sample_digests(two);
+  EXPECT_EQ(ranks, alone);
+  // Each rank logged every step: its half of the batch, not the whole.
+  for (const auto& log : two) EXPECT_EQ(stoker::testing::sample_digests({log}).size(), 12u) << log;
+  for (const auto& [step, digest] : stoker::testing::sample_digests({two[0]})) {
+    EXPECT_NE(digest, alone.at(step)) << "rank 0 alone trained all of step " << step;
+  }
 }
 
 // An ImageFolder of `per_class` images in each of 3 classes, 40x30 JPEGs and 24x24 PNGs, in train/

@@ -41,7 +41,8 @@ TransformPipeline resize_then_crop(int64_t resize, int64_t crop) {
 
 TEST(SamplePipeline, StagesCalledOneAtATimeEqualLoadAndAreEachTimed) {
   TempDir dir;
-  SamplePipeline p(std::make_shared<ImageFilesDataset>(png_files(dir), 3),
+  const auto files = png_files(dir);
+  SamplePipeline p(std::make_shared<ImageFilesDataset>(files, 3),
                    SamplePipelineOptions().set_transforms(resize_then_crop(18, 16)));
   ASSERT_TRUE(p.fixed_output());
   EXPECT_EQ(p.slot_bytes(), 16 * 16 * 3);
@@ -59,7 +60,15 @@ TEST(SamplePipeline, StagesCalledOneAtATimeEqualLoadAndAreEachTimed) {
   EXPECT_GT(t.read, 0.0);
   EXPECT_GT(t.decode, 0.0);
   EXPECT_GT(t.transform, 0.0);
-  EXPECT_EQ(p.take_times().read, 0.0) << "take_times resets";
+  // Six reads (read, then load, of each image), each opening its file and handing out its bytes.
+  int64_t bytes = 0;
+  for (const auto& f : files) bytes += static_cast<int64_t>(std::filesystem::file_size(f));
+  EXPECT_EQ(t.read_opens, 6);
+  EXPECT_EQ(t.read_bytes, 2 * bytes);
+  const StageTimes again = p.take_times();
+  EXPECT_EQ(again.read, 0.0) << "take_times resets";
+  EXPECT_EQ(again.read_opens, 0);
+  EXPECT_EQ(again.read_bytes, 0);
 }
 
 // What `trainer predict` does: images of any size, no fixed crop.

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "data/pipeline.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -180,6 +181,28 @@ TEST(WebDatasetType, ReadsImagesAndLabelsByPread) {
   DatasetOptions test_split = webdataset_options((dir / "s-0.tar").string());  // shards only
   test_split.split = "test";
   EXPECT_CONTAINS(error_of([&] { create_dataset(test_split); }), "data.webdataset.test_shards is empty");
+}
+
+// The doctor's "opens a sample": a shard is opened by its first read only, whatever the reads after.
+TEST(WebDatasetType, EachShardIsOpenedOnceAndItsImageBytesCounted) {
+  TempDir dir;
+  write_shard(dir / "s-0.tar", {{"a.png", png_bytes(dir.path(), 11)}, {"a.cls", "3"},
+                                {"b.png", png_bytes(dir.path(), 22)}, {"b.cls", "1"}});
+  write_shard(dir / "s-1.tar", {{"c.png", png_bytes(dir.path(), 33)}, {"c.cls", "0"}});
+  SamplePipeline p(create_dataset(webdataset_options((dir / "s-{0..1}.tar").string())), SamplePipelineOptions());
+  SampleWork work;
+  int64_t bytes = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i < 3; ++i) {
+      p.read(i, work);
+      bytes += static_cast<int64_t>(work.raw.bytes.size());
+    }
+  }
+  const StageTimes t = p.take_times();
+  EXPECT_EQ(t.read_opens, 2) << "9 reads from 2 shards";
+  EXPECT_EQ(t.read_bytes, bytes);
+  EXPECT_EQ(bytes, 3 * static_cast<int64_t>(png_bytes(dir.path(), 11).size() + png_bytes(dir.path(), 22).size() +
+                                            png_bytes(dir.path(), 33).size()));
 }
 
 TEST(WebDatasetType, ShardsComeFromInfoJsonWhenNotSet) {

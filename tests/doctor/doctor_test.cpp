@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -186,6 +187,72 @@ TEST(DoctorDiagnosis, ACeilingThatMovedDuringTheLadderIsSaid) {
   EXPECT_EQ(fmt::format("{}", fmt::join(diagnose(c, rungs).lines, "\n")).find("note:"), std::string::npos);
   c.ceiling_spread = 0.3;
   EXPECT_CONTAINS(fmt::format("{}", fmt::join(diagnose(c, rungs).lines, "\n")), "differed by 30%");
+}
+
+// ImageNet as an ImageFolder on a network file system (recorded numbers): 500x375 JPEGs of 110 KB,
+// one file opened a sample, 900 us of read a sample over 8 workers; the full rung loses most.
+std::vector<RungResult> network_disk_rungs(int64_t opens, int64_t bytes_per_sample) {
+  std::vector<RungResult> rungs = {rung("device-cached", 6400, 256), rung("host-cached", 6300, 256),
+                                   rung("decoded-cached", 6200, 256, 0, 0, 100),
+                                   rung("raw-cached", 6000, 256, 0, 1000, 100),
+                                   rung("full", 1900, 256, 900, 1000, 100)};
+  RungResult& full = rungs.back();
+  full.stages.read_opens = opens;
+  full.stages.read_bytes = bytes_per_sample * full.samples;
+  return rungs;
+}
+
+LadderContext imagenet_context(const std::string& type) {
+  LadderContext c = gpu_context(8, 16);
+  c.data_type = type;
+  c.data_root = "/data/imagenet";
+  c.channels = 3;
+  c.out_side = 224;
+  c.dataset_samples = 1281167;
+  c.full_decoded_cache_bytes = 1281167.0 * 500 * 375 * 3;
+  return c;
+}
+
+TEST(DoctorDiagnosis, ManySmallReadsFromAnImageFolderSuggestPackingWithThePredictedSize) {
+  const auto rungs = network_disk_rungs(2560, 110000);  // 10 steps of 256: one open a sample
+  const Diagnosis d = diagnose(imagenet_context("image_folder"), rungs);
+  EXPECT_EQ(d.bottleneck, "full");
+  const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_CONTAINS(all, "many small reads: the read stage opens 1.00 files a sample (1900 opens/s) of 110.0 KB "
+                       "each and takes 900 us a sample");
+  // 224-pixel crops: max side 256; 500x375 scaled to 256x192 keeps 0.262 of the pixels, so
+  // (110 KB x 0.262 + 1.5 KB of tar headers) x 1,281,167 samples = 38.9 GB.
+  EXPECT_CONTAINS(all, "remedy: `trainer pack --from /data/imagenet --to /data/imagenet-shards --max-side 256` "
+                       "writes the training split as WebDataset shards (about 38.9 GB, predicted from 110.0 KB a "
+                       "sample now)");
+  EXPECT_CONTAINS(all, "raise data.workers");  // the worker remedy still follows
+  LadderResult result;
+  result.context = imagenet_context("image_folder");
+  result.rungs = rungs;
+  result.diagnosis = d;
+  EXPECT_CONTAINS(format_ladder(result), "full rung read stage: 209.0 MB/s, 1900 opens/s (1.00 opens and 110.0 KB "
+                                         "a sample)");
+  const auto json = nlohmann::json::parse(ladder_json(result));
+  EXPECT_DOUBLE_EQ(json["full_read_opens_per_sample"].get<double>(), 1.0);
+  EXPECT_NEAR(json["full_read_bytes_per_s"].get<double>(), 209e6, 1);
+}
+
+TEST(DoctorDiagnosis, ShardsLargeFilesAndOtherFormatsAreNotManySmallReads) {
+  // The same stall from shards: 3 opens in 2560 samples. From 5 MB files, one a sample: bandwidth.
+  const std::vector<std::pair<int64_t, int64_t>> cases = {{3, 110000}, {2560, 5000000}};  // opens, bytes a sample
+  for (const auto& [opens, bytes] : cases) {
+    const Diagnosis d = diagnose(imagenet_context("webdataset"), network_disk_rungs(opens, bytes));
+    EXPECT_EQ(d.bottleneck, "full");
+    const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+    EXPECT_EQ(all.find("many small reads"), std::string::npos) << all;
+    EXPECT_EQ(all.find("trainer pack"), std::string::npos) << all;
+  }
+  // Per-file reads from a type that `trainer pack` does not read: shards in general.
+  const Diagnosis d = diagnose(imagenet_context("image_files"), network_disk_rungs(2560, 110000));
+  const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_CONTAINS(all, "many small reads");
+  EXPECT_CONTAINS(all, "remedy: keep the samples in few large files (WebDataset shards");
+  EXPECT_EQ(all.find("trainer pack"), std::string::npos) << all;
 }
 
 // ---- the ladder, measured --------------------------------------------------------------------------

@@ -146,6 +146,19 @@ double max_difference(const std::map<std::string, torch::Tensor>& a, const std::
   return most;
 }
 
+std::map<int64_t, uint64_t> sample_digests(const std::vector<std::string>& logs) {
+  const std::string marker = "samples of step ";
+  std::map<int64_t, uint64_t> digests;
+  for (const auto& log : logs) {
+    for (size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+      const int64_t step = std::stoll(log.substr(at + marker.size()));
+      const size_t hex = log.find("digest ", at) + 7;
+      digests[step] ^= std::stoull(log.substr(hex, 16), nullptr, 16);
+    }
+  }
+  return digests;
+}
+
 std::string final_test_line(const std::string& log) {
   const auto at = log.find("final test:");
   return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);

@@ -59,6 +59,10 @@ int64_t checkpoint_step(const std::filesystem::path& checkpoint);
 // The largest absolute difference between the same parameters of two such maps.
 double max_difference(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b);
 
+// Step -> the digest of the optimizer step's samples, XORed over `logs` (one per rank), from the lines
+// logging.sample_digests writes: "samples of step S (epoch E, batch B): digest X".
+std::map<int64_t, uint64_t> sample_digests(const std::vector<std::string>& logs);
+
 // The "final test: ..." line of a trainer log's summary ("" without one).
 std::string final_test_line(const std::string& log);
 

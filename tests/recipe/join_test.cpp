@@ -241,23 +241,6 @@ TEST(DistributedTrainer, AStopSignalToOneRankStopsBothAtTheSameStep) {
   EXPECT_CONTAINS(log1, fmt::format("stopped with the other ranks at step {}", step));
 }
 
-// The digest of each optimizer step's samples in `log`, XORed into `digests` by step
-// (logging.sample_digests: "samples of step S (epoch E, batch B): digest X").
-void add_digests(const std::string& log, std::map<int64_t, uint64_t>& digests) {
-  const std::string marker = "samples of step ";
-  for (size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
-    const int64_t step = std::stoll(log.substr(at + marker.size()));
-    const size_t hex = log.find("digest ", at) + 7;
-    digests[step] ^= std::stoull(log.substr(hex, 16), nullptr, 16);
-  }
-}
-
-std::map<int64_t, uint64_t> digests_of(const std::vector<std::string>& logs) {
-  std::map<int64_t, uint64_t> digests;
-  for (const auto& log : logs) add_digests(log, digests);
-  return digests;
-}
-
 // Batches independent of the world size: with train.effective_batch_size 16 and batch 8, one process
 // accumulates two batches per step and two ranks take one each; every step trains on the same
 // samples with the same augmentation seeds (the ranks' digests XOR to the process's), and the weights
@@ -272,9 +255,9 @@ TEST(DistributedTrainer, EveryStepSeesTheSameSamplesOnOneOrTwoRanksAndAResumeMay
   ASSERT_EQ(one.exit_codes[0], 0) << one.logs[0];
   const Ranks two = train(dir, "two", 2, sets);
   for (int r = 0; r < 2; ++r) ASSERT_EQ(two.exit_codes[r], 0) << "rank " << r << ":\n" << two.logs[r];
-  const auto alone = digests_of(one.logs);
+  const auto alone = testing::sample_digests(one.logs);
   ASSERT_EQ(alone.size(), 8u) << one.logs[0];  // 2 epochs of 64 samples, 16 per step
-  EXPECT_EQ(digests_of(two.logs), alone);
+  EXPECT_EQ(testing::sample_digests(two.logs), alone);
   const double diff = testing::max_difference(testing::recipe_weights(last_checkpoint(one.run_root)),
                                               testing::recipe_weights(last_checkpoint(two.run_root)));
   EXPECT_LT(diff, 2e-5) << "one process accumulating 2 x 8 and 2 ranks x 8 differ by " << diff;
@@ -310,13 +293,14 @@ TEST(DistributedTrainer, EveryStepSeesTheSameSamplesOnOneOrTwoRanksAndAResumeMay
   reference_sets.push_back(fmt::format("train.epochs={}", epochs));
   const Ranks reference = train(dir, "reference", 1, reference_sets);
   ASSERT_EQ(reference.exit_codes[0], 0) << reference.logs[0];
-  const auto expected = digests_of(reference.logs);
-  const auto resumed = digests_of({testing::read_bytes(dir / "resumed.log")});
+  const auto expected = testing::sample_digests(reference.logs);
+  const auto resumed = testing::sample_digests({testing::read_bytes(dir / "resumed.log")});
   ASSERT_EQ(resumed.size(), static_cast<size_t>(4 * epochs - stopped));
   EXPECT_EQ(resumed.begin()->first, stopped + 1);
   for (const auto& [step, digest] : resumed) EXPECT_EQ(digest, expected.at(step)) << "step " << step;
   // The steps before the stop, on two ranks, were the reference's too.
-  const auto cut = digests_of({testing::read_bytes(dir / "cut0.log"), testing::read_bytes(dir / "cut1.log")});
+  const auto cut =
+      testing::sample_digests({testing::read_bytes(dir / "cut0.log"), testing::read_bytes(dir / "cut1.log")});
   for (int64_t step = 1; step <= stopped; ++step) EXPECT_EQ(cut.at(step), expected.at(step)) << "step " << step;
 }
 
