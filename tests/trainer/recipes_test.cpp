@@ -57,6 +57,9 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
   EXPECT_FALSE(c.data.random_erasing.enabled());
   EXPECT_EQ(c.data.repeated_augmentation, 1);
+  EXPECT_EQ(c.optimizer.algorithm.type(), "lamb");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.008);
+  EXPECT_EQ(c.optimizer.lr_reference_batch, 2048);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.02);
   EXPECT_DOUBLE_EQ(c.schedule.warmup_epochs, 5);
 }
