@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <memory>
+#include <sstream>
 
 #include "golden/lamb_golden.h"
 #include "test_util.h"
@@ -33,11 +35,14 @@ torch::Tensor lamb_grad(int64_t step, int64_t k, const torch::Tensor& p) {
       .reshape(p.sizes());
 }
 
-// Five steps of `keys` over the golden parameters (two groups: decayed, not), the gradients times
-// `loss_scale` and divided by it inside the step (1: no scaler); the parameters, flattened.
-std::vector<double> run(const LambKeys& keys, double loss_scale) {
+std::vector<torch::Tensor> golden_params() {
   std::vector<torch::Tensor> params;
   for (size_t k = 0; k < kShapes.size(); ++k) params.push_back(lamb_start(static_cast<int64_t>(k), kShapes[k]).requires_grad_());
+  return params;
+}
+
+// LAMB over the golden parameters in two groups: decayed, not.
+std::unique_ptr<Lamb> make_lamb(const std::vector<torch::Tensor>& params, const LambKeys& keys) {
   const auto options = [&](double wd) {
     return torch::optim::AdamWOptions(kLrs[0]).betas({keys.betas[0], keys.betas[1]}).eps(keys.eps).weight_decay(wd);
   };
@@ -45,8 +50,12 @@ std::vector<double> run(const LambKeys& keys, double loss_scale) {
   groups.emplace_back(std::vector<torch::Tensor>{params[0], params[1]},
                       std::make_unique<torch::optim::AdamWOptions>(options(kWeightDecay)));
   groups.emplace_back(std::vector<torch::Tensor>{params[2]}, std::make_unique<torch::optim::AdamWOptions>(options(0)));
-  Lamb lamb(groups, options(kWeightDecay), keys);
-  for (size_t step = 0; step < kLrs.size(); ++step) {
+  return std::make_unique<Lamb>(groups, options(kWeightDecay), keys);
+}
+
+// Golden steps [from, to), the gradients times `loss_scale` and divided by it inside the step (1: no scaler).
+void take_steps(Lamb& lamb, std::vector<torch::Tensor>& params, size_t from, size_t to, double loss_scale) {
+  for (size_t step = from; step < to; ++step) {
     lamb.set_lr(kLrs[step]);
     for (size_t k = 0; k < params.size(); ++k) {
       params[k].mutable_grad() = lamb_grad(static_cast<int64_t>(step), static_cast<int64_t>(k), params[k]) * loss_scale;
@@ -57,12 +66,23 @@ std::vector<double> run(const LambKeys& keys, double loss_scale) {
       lamb.step_amp(torch::full({1}, loss_scale, torch::kFloat32), torch::zeros({1}, torch::kFloat32));
     }
   }
+}
+
+std::vector<double> flat(const std::vector<torch::Tensor>& params) {
   std::vector<double> out;
   for (const auto& p : params) {
-    const torch::Tensor flat = p.detach().flatten();
-    for (int64_t i = 0; i < flat.numel(); ++i) out.push_back(flat[i].item<double>());
+    const torch::Tensor f = p.detach().flatten();
+    for (int64_t i = 0; i < f.numel(); ++i) out.push_back(f[i].item<double>());
   }
   return out;
+}
+
+// Five steps of `keys` over the golden parameters; the parameters, flattened.
+std::vector<double> run(const LambKeys& keys, double loss_scale) {
+  std::vector<torch::Tensor> params = golden_params();
+  auto lamb = make_lamb(params, keys);
+  take_steps(*lamb, params, 0, kLrs.size(), loss_scale);
+  return flat(params);
 }
 
 LambKeys keys_of(const golden::LambCase& c) {
@@ -94,6 +114,19 @@ TEST(Lamb, LossScaledGradientsGiveTheSameSteps) {
   const LambKeys keys = keys_of(golden::kLambCases[0]);
   const std::vector<double> plain = run(keys, 1.0), scaled = run(keys, 1024.0);
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(scaled[i], plain[i], 1e-7) << i;
+}
+
+// A run saved after two steps and loaded into a new optimizer continues as if uninterrupted.
+TEST(Lamb, ResumesExactlyFromItsSavedState) {
+  std::vector<torch::Tensor> params = golden_params();
+  auto first = make_lamb(params, LambKeys());
+  take_steps(*first, params, 0, 2, 1.0);
+  std::stringstream saved;
+  torch::save(*first, saved);
+  auto second = make_lamb(params, LambKeys());
+  torch::load(*second, saved);
+  take_steps(*second, params, 2, kLrs.size(), 1.0);
+  EXPECT_EQ(flat(params), run(LambKeys(), 1.0));
 }
 
 TEST(Lamb, SkipsAStepWithInfiniteGradients) {
