@@ -26,7 +26,8 @@ SamplerOptions LoaderOptions::sampler() const {
       .set_rank(shard_rank)
       .set_world_size(shard_count)
       .set_even_shards(even_shards)
-      .set_step_batches(step_batches);
+      .set_step_batches(step_batches)
+      .set_repeats(repeats);
 }
 
 SamplePipelineOptions LoaderOptions::pipeline() const {
@@ -136,7 +137,7 @@ void Loader::fill(HostBatch& batch, const SampledBatch& sampled, SampleWork& wor
   work.raw.epoch = sampled.epoch;  // the data set may read it (synthetic slow_from_epoch)
   for (int64_t slot = 0; slot < batch.count; ++slot) {
     const int64_t sample = sampled.sample(slot);
-    const uint64_t seed = sample_seed(options_.seed, sampled.epoch, sample);
+    const uint64_t seed = sample_seed(options_.seed, sampled.epoch, sample, sampled.repeat(slot));
     batch.digest ^= sample_digest(sample, seed);
     try {
       labels[slot] = pipeline_.fill(sample, seed, images + slot * slot_bytes, work);

@@ -51,6 +51,7 @@ struct LoaderOptions {
   int64_t shard_count = 1;
   bool even_shards = false;     // every shard the same size (see SamplerOptions::even_shards)
   int64_t step_batches = 1;     // batches per optimizer step (see SamplerOptions::step_batches)
+  int64_t repeats = 1;          // repeated augmentation (see SamplerOptions::repeats)
   bool skip_bad_samples = true;  // replace an unreadable sample (and warn) instead of failing
   // Exclude an unreadable sample (and warn) instead: zero pixels, target kExcludedTarget (evaluation
   // loaders, whose metrics skip it). Takes precedence over skip_bad_samples.

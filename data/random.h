@@ -25,6 +25,13 @@ inline uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t sample) {
   return mix_seed(seed, static_cast<uint64_t>(epoch) + 1, static_cast<uint64_t>(sample));
 }
 
+// The seed of repeat `repeat` of a sample (repeated augmentation): repeat 0 draws as without
+// repeats, the others from seeds mixed with the repeat index.
+inline uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t sample, int64_t repeat) {
+  const uint64_t first = sample_seed(seed, epoch, sample);
+  return repeat == 0 ? first : mix_seed(first, 0x524550454154ull /* "REPEAT" */, static_cast<uint64_t>(repeat));
+}
+
 // A sample's part of a batch's digest (data::Batch::digest): its index and the seed of its draws.
 inline uint64_t sample_digest(int64_t sample, uint64_t seed) {
   return splitmix64(seed ^ splitmix64(static_cast<uint64_t>(sample)));

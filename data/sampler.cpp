@@ -24,6 +24,19 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
   return all;
 }
 
+// The first n entries of the order with every sample repeated `repeats` times in a row: the
+// samples, and which repeat each entry is.
+void repeat_order(std::vector<int64_t>& all, std::vector<int32_t>& repeat, int64_t repeats) {
+  const auto n = static_cast<int64_t>(all.size());
+  std::vector<int64_t> out(all.size());
+  repeat.resize(all.size());
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = all[j / repeats];
+    repeat[j] = static_cast<int32_t>(j % repeats);
+  }
+  all = std::move(out);
+}
+
 }  // namespace
 
 Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
@@ -31,6 +44,9 @@ Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
   const SamplerOptions& o = options_;
   STOKER_CHECK(dataset_size > 0, "the data set is empty");
   STOKER_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
+  STOKER_CHECK(o.repeats >= 1 && o.repeats <= dataset_size,
+               "repeated augmentation needs 1 to {} repeats (the data set's size), got {}", dataset_size,
+               o.repeats);
   STOKER_CHECK(o.step_batches >= 1, "step_batches must be at least 1, got {}", o.step_batches);
   STOKER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size,
                "shard rank {} of {} is out of range; the rank must be in [0, world size)", o.rank,
@@ -70,12 +86,16 @@ int64_t global_batch_entry(int64_t i, int64_t n, const SamplerOptions& o) {
 
 std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const {
   const SamplerOptions& o = options_;
-  const std::vector<int64_t> all = epoch_order(dataset_size_, o.seed, epoch, o.shuffle);
+  std::vector<int64_t> all = epoch_order(dataset_size_, o.seed, epoch, o.shuffle);
+  std::vector<int32_t> repeat;
+  if (o.repeats > 1) repeat_order(all, repeat, o.repeats);
   auto out = std::make_shared<EpochSamples>();
   out->epoch = epoch;
   if (o.world_size == 1) {
     out->samples = std::move(all);
     out->samples.resize(static_cast<size_t>(shard_size_));  // even shards with drop_last: the same size
+    out->repeats = std::move(repeat);
+    if (!out->repeats.empty()) out->repeats.resize(static_cast<size_t>(shard_size_));
     return out;
   }
   out->samples.reserve(static_cast<size_t>(shard_size_));
@@ -83,6 +103,7 @@ std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const 
   for (int64_t i = 0; i < shard_size_; ++i) {
     const int64_t at = o.even_shards ? global_batch_entry(i, dataset_size_, o) : i * o.world_size + o.rank;
     out->samples.push_back(all[static_cast<size_t>(at)]);
+    if (!repeat.empty()) out->repeats.push_back(repeat[static_cast<size_t>(at)]);
   }
   return out;
 }

@@ -38,6 +38,12 @@ struct SamplerOptions {
   // Batches per optimizer step (gradient accumulation). With drop_last the epoch ends after the last
   // whole step, so that a step never mixes a partial group of batches whatever the world size.
   int64_t step_batches = 1;
+  // Repeated augmentation (DeiT; timm's RepeatAugSampler): the shuffled order repeats every sample
+  // `repeats` times in a row, each repeat with its own augmentation draws (SampledBatch::repeat), and
+  // the epoch keeps the data set's length by taking the first dataset_size entries of that order, so
+  // an epoch sees about dataset_size / repeats distinct samples. Sharding then cuts this order as it
+  // cuts any other (global-batch slices for training), so it does not depend on the world size.
+  int64_t repeats = 1;
 
   SamplerOptions& set_batch_size(int64_t v) { batch_size = v; return *this; }
   SamplerOptions& set_shuffle(bool v) { shuffle = v; return *this; }
@@ -47,6 +53,7 @@ struct SamplerOptions {
   SamplerOptions& set_world_size(int64_t v) { world_size = v; return *this; }
   SamplerOptions& set_even_shards(bool v) { even_shards = v; return *this; }
   SamplerOptions& set_step_batches(int64_t v) { step_batches = v; return *this; }
+  SamplerOptions& set_repeats(int64_t v) { repeats = v; return *this; }
 };
 
 // Where a sampler stands: the epoch and the next batch it hands out.
@@ -60,6 +67,9 @@ struct SamplerPosition {
 struct EpochSamples {
   int64_t epoch = 0;
   std::vector<int64_t> samples;
+  // With repeated augmentation, which repeat of its sample each entry is (0 .. repeats - 1); empty
+  // without it (every entry is repeat 0).
+  std::vector<int32_t> repeats;
 };
 
 // The samples of one batch.
@@ -69,6 +79,10 @@ struct SampledBatch {
   std::shared_ptr<const EpochSamples> order;
   int64_t begin = 0, count = 0;  // order->samples[begin, begin + count)
   int64_t sample(int64_t slot) const { return order->samples[static_cast<size_t>(begin + slot)]; }
+  // Which repeat of its sample slot `slot` is (repeated augmentation; 0 without it).
+  int64_t repeat(int64_t slot) const {
+    return order->repeats.empty() ? 0 : order->repeats[static_cast<size_t>(begin + slot)];
+  }
 };
 
 class Sampler {

@@ -31,6 +31,7 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   // a gradient all-reduce the others never start; evaluation covers each sample once.
   l.even_shards = train && l.shard_count > 1;
   l.step_batches = train ? context.step_batches : 1;
+  l.repeats = train ? s.repeated_augmentation : 1;
   // Training replaces an unreadable sample with another; evaluation leaves it out (and counts it).
   l.skip_bad_samples = train && s.on_bad_sample == BadSamples::kSkip;
   l.exclude_bad_samples = !train && s.on_bad_sample == BadSamples::kSkip;

@@ -41,6 +41,9 @@ struct DataSettings {
   int64_t eval_batch_size = 1000;
   bool shuffle = true;
   bool drop_last = true;
+  // Repeated augmentation (DeiT): every training sample K times in a row, with different draws; the
+  // epoch keeps the data set's length (SamplerOptions::repeats). 1 = off.
+  int64_t repeated_augmentation = 1;
   int64_t workers = 0;          // loader threads; 0 = build batches on the training thread
   int64_t prefetch_factor = 2;  // batches in flight per worker
   int64_t device_prefetch = 2;  // batches copied to the GPU ahead of use

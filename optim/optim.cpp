@@ -289,49 +289,6 @@ void AdamWKeys::visit(OptionsVisitor& v) {
   v.field("eps", eps, rules::positive());
 }
 
-namespace {
-
-// Two parameter groups of one libtorch options type: with and without weight decay.
-template <typename Optimizer, typename Options>
-std::unique_ptr<torch::optim::Optimizer> grouped(const std::function<Options(double)>& options, double wd,
-                                                 const std::vector<torch::Tensor>& decay,
-                                                 const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decay.empty()) groups.emplace_back(decay, std::make_unique<Options>(options(wd)));
-  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<Options>(options(0.0)));
-  return std::make_unique<Optimizer>(groups, options(wd), impl);
-}
-
-void add_stoker_optimizers(Registry<OptimizerType>& r) {
-  r.add("sgd", {options_of<SgdKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
-                                          const auto& no_decay, OptimizerImpl impl) {
-              const auto& k = dynamic_cast<const SgdKeys&>(own);
-              const std::function<torch::optim::SGDOptions(double)> options = [&](double wd) {
-                return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
-              };
-              return grouped<SGD>(options, o.weight_decay, decay, no_decay, impl);
-            }});
-  r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
-                                              const auto& no_decay, OptimizerImpl impl) {
-                const auto& k = dynamic_cast<const AdamWKeys&>(own);
-                const std::function<torch::optim::AdamWOptions(double)> options = [&](double wd) {
-                  return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
-                };
-                return grouped<AdamW>(options, o.weight_decay, decay, no_decay, impl);
-              }});
-}
-
-}  // namespace
-
-Registry<OptimizerType>& optimizer_registry() {
-  static Registry<OptimizerType>* registry = [] {
-    auto* r = new Registry<OptimizerType>("optimizer");
-    add_stoker_optimizers(*r);
-    return r;
-  }();
-  return *registry;
-}
-
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, torch::nn::Module& model,
                                                         torch::Device device) {
   const OptimizerImpl impl = resolve_optimizer_impl(o.implementation, device);

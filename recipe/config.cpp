@@ -89,6 +89,7 @@ void visit_data(Config& c, V& v) {
   v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
   v.field("shuffle", c.data.shuffle);
   v.field("drop_last", c.data.drop_last);
+  v.field("repeated_augmentation", c.data.repeated_augmentation, at_least(1));
   v.field("workers", c.data.workers, at_least(0));
   v.field("prefetch_factor", c.data.prefetch_factor, at_least(1));
   v.field("device_prefetch", c.data.device_prefetch, at_least(1));

@@ -77,6 +77,7 @@ Tolerance tolerance_of(const std::string& name) {
   if (name == "optim") return {1e-5, false};     // Optimizers.MatchPyTorchGoldenValues
   if (name == "schedule") return {1e-9, false};  // Schedule.EveryCurveEqualsTorchsSchedulers
   if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
+  if (name == "lamb") return {1e-9, false};      // Lamb.MatchesTimmsGoldenValues
   return {1e-4, true};                           // ResNet.MatchesCheckedInTorchvisionLogits
 }
 
@@ -114,7 +115,7 @@ TEST_P(GoldenHeadersPython, CheckedInHeaderIsWhatItsGeneratorWrites) {
   if (name == "resnet" && testing::shell("'" + python.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "torchvision is not installed in " << python.string() << "; install it with `bash bench/setup.sh`";
   }
-  if (name == "timm" && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
+  if ((name == "timm" || name == "lamb") && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "timm is not importable by " << python.string()
                  << "; install it beside the venv and set PYTHONPATH (tests/golden/timm_golden.py says how)";
   }
@@ -159,7 +160,7 @@ TEST(GoldenHeaders, ComparisonAllowsRoundingButNotEdits) {
   EXPECT_EQ(compare_headers("{0.1, 0.2}", "{0.1, 0.200000001}", tolerance_of("optim")), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython, ::testing::Values("optim", "schedule", "resnet", "timm"),
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython, ::testing::Values("optim", "schedule", "resnet", "timm", "lamb"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace

@@ -88,7 +88,7 @@ TEST(Config, OutOfRangeValuesAreRejected) {
 
 TEST(Config, ChoicesAreListed) {
   EXPECT_EQ(error_of("optimizer:\n  type: adam\n"),
-            "recipe.yaml: optimizer.type at line 2: expected a registered optimizer type (adamw, sgd), got "
+            "recipe.yaml: optimizer.type at line 2: expected a registered optimizer type (adamw, lamb, sgd), got "
             "\"adam\"");
   EXPECT_EQ(error_of("run:\n  device: gpu\n"),
             "recipe.yaml: run.device at line 2: expected auto, cpu, cuda or cuda:N, got \"gpu\"");

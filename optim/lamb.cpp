@@ -1,0 +1,108 @@
+#include "optim/lamb.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+namespace stoker {
+
+void LambKeys::visit(OptionsVisitor& v) {
+  v.field("betas", betas, rules::items(rules::unit_open(), 2, 2));
+  v.field("eps", eps, rules::positive());
+  v.field("max_grad_norm", max_grad_norm, rules::non_negative());
+  v.field("trust_clip", trust_clip);
+  v.field("always_adapt", always_adapt);
+}
+
+Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+           const LambKeys& keys)
+    : torch::optim::AdamW(std::move(groups), std::move(defaults)),
+      max_grad_norm_(keys.max_grad_norm),
+      trust_clip_(keys.trust_clip),
+      always_adapt_(keys.always_adapt) {}
+
+void Lamb::set_lr(double lr) {
+  for (auto& group : param_groups()) group.options().set_lr(lr);
+}
+
+torch::optim::AdamWParamState& Lamb::state_for(const torch::Tensor& p) {
+  auto& slot = state_[p.unsafeGetTensorImpl()];
+  if (!slot) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    slot = std::move(s);
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
+void Lamb::create_state() {
+  for (auto& group : param_groups()) {
+    for (const auto& p : group.params()) state_for(p);
+  }
+}
+
+torch::Tensor Lamb::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  step_amp(std::nullopt, std::nullopt);
+  return loss;
+}
+
+torch::Tensor Lamb::gradient_divisor(const std::optional<torch::Tensor>& grad_scale) const {
+  torch::Tensor scale = grad_scale ? grad_scale->reshape({}).to(torch::kFloat32) : torch::Tensor();
+  if (max_grad_norm_ <= 0) return scale;
+  std::vector<torch::Tensor> grads;
+  for (const auto& group : param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  if (grads.empty()) return scale;
+  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  for (auto& n : norms) n = n.to(torch::kFloat32);
+  torch::Tensor total = at::linalg_vector_norm(torch::stack(norms), 2);
+  if (scale.defined()) total = total / scale;  // the norm of the true gradients
+  torch::Tensor clip = (total / max_grad_norm_).clamp_min(1.0);
+  return scale.defined() ? clip * scale : clip;
+}
+
+void Lamb::step_parameter(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o) {
+  auto& s = state_for(p);
+  s.step(s.step() + 1);
+  const auto n = static_cast<double>(s.step());
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  torch::Tensor exp_avg = s.exp_avg(), exp_avg_sq = s.exp_avg_sq();
+  exp_avg.lerp_(grad, 1.0 - beta1);
+  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
+  const torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(1.0 - std::pow(beta2, n))).add_(o.eps());
+  torch::Tensor update = (exp_avg / (1.0 - std::pow(beta1, n))).div_(denom);
+  if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
+  if (o.weight_decay() != 0 || always_adapt_) {
+    const torch::Tensor w_norm = p.norm(2), u_norm = update.norm(2);
+    const torch::Tensor one = torch::ones_like(w_norm);
+    torch::Tensor ratio = torch::where(w_norm > 0, torch::where(u_norm > 0, w_norm / u_norm, one), one);
+    if (trust_clip_) ratio = ratio.clamp_max(1.0);
+    update.mul_(ratio);
+  }
+  p.add_(update, -o.lr());
+}
+
+void Lamb::step_amp(const std::optional<torch::Tensor>& grad_scale, const std::optional<torch::Tensor>& found_inf) {
+  torch::NoGradGuard no_grad;
+  if (found_inf && found_inf->item<float>() != 0.0f) return;  // a skipped fp16 step changes nothing
+  const torch::Tensor divisor = gradient_divisor(grad_scale);
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!o.amsgrad(), "stoker::Lamb does not support amsgrad");
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      step_parameter(p, divisor.defined() ? p.grad() / divisor.to(p.grad().scalar_type()) : p.grad(), o);
+    }
+  }
+}
+
+}  // namespace stoker

@@ -1,0 +1,54 @@
+// LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning"), as timm 1.0's Lamb computes
+// it, the optimizer of "ResNet strikes back" (optimizer.type: lamb):
+//   g      = grad / max(1, |all gradients|_2 / max_grad_norm)     (global clipping; max_grad_norm 0: off)
+//   m, v   = Adam's moments of g (beta1, beta2), bias-corrected by the parameter's step count n
+//   update = m / (1 - beta1^n) / (sqrt(v / (1 - beta2^n)) + eps) + weight_decay * p
+//   update *= |p|_2 / |update|_2   (the trust ratio; 1 where either norm is 0; at most 1 with
+//                                   trust_clip) for parameters with weight decay, or all with always_adapt
+//   p     -= lr * update
+// The state is AdamW's (exp_avg, exp_avg_sq, step per parameter), saved in the same checkpoint format.
+// One implementation for every optimizer.implementation: per-parameter ops, with the step counts and
+// the loss scaler's inf flag read on the host, so a step cannot be captured in a CUDA graph.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <torch/optim/adamw.h>
+
+#include "common/options.h"
+#include "optim/optim.h"
+
+namespace stoker {
+
+// lamb's own keys (optimizer.betas, eps, max_grad_norm, trust_clip, always_adapt): timm's defaults.
+struct LambKeys : TypeOptionsOf<LambKeys> {
+  std::vector<double> betas{0.9, 0.999};
+  double eps = 1e-6;
+  double max_grad_norm = 1.0;  // 0 = no global clipping
+  bool trust_clip = false;     // LAMBC: the trust ratio at most 1
+  bool always_adapt = false;   // the trust ratio also for parameters without weight decay
+  void visit(OptionsVisitor& v) override;
+};
+
+class Lamb : public torch::optim::AdamW, public AmpStepOptimizer {
+ public:
+  Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+       const LambKeys& keys);
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_amp(const std::optional<torch::Tensor>& grad_scale,
+                const std::optional<torch::Tensor>& found_inf) override;
+  void set_lr(double lr) override;
+  void create_state() override;
+  bool capturable() const override { return false; }
+
+ private:
+  torch::optim::AdamWParamState& state_for(const torch::Tensor& p);
+  // What every gradient is divided by: the loss scale times the global clipping factor (undefined: 1).
+  torch::Tensor gradient_divisor(const std::optional<torch::Tensor>& grad_scale) const;
+  void step_parameter(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o);
+  double max_grad_norm_;
+  bool trust_clip_, always_adapt_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,66 @@
+// The optimizer registry with Stoker's own types: sgd, adamw (optim/optim.h) and lamb (optim/lamb.h).
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "optim/lamb.h"
+#include "optim/optim.h"
+
+namespace stoker {
+
+namespace {
+
+// Two parameter groups of one libtorch options type: with and without weight decay.
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> grouped(const std::function<Options(double)>& options, double wd,
+                                                 const std::vector<torch::Tensor>& decay,
+                                                 const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, std::make_unique<Options>(options(wd)));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<Options>(options(0.0)));
+  return std::make_unique<Optimizer>(groups, options(wd), impl);
+}
+
+void add_stoker_optimizers(Registry<OptimizerType>& r) {
+  r.add("sgd", {options_of<SgdKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
+                                          const auto& no_decay, OptimizerImpl impl) {
+              const auto& k = dynamic_cast<const SgdKeys&>(own);
+              const std::function<torch::optim::SGDOptions(double)> options = [&](double wd) {
+                return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
+              };
+              return grouped<SGD>(options, o.weight_decay, decay, no_decay, impl);
+            }});
+  r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
+                                              const auto& no_decay, OptimizerImpl impl) {
+                const auto& k = dynamic_cast<const AdamWKeys&>(own);
+                const std::function<torch::optim::AdamWOptions(double)> options = [&](double wd) {
+                  return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
+                };
+                return grouped<AdamW>(options, o.weight_decay, decay, no_decay, impl);
+              }});
+  // One implementation for every optimizer.implementation (optim/lamb.h).
+  r.add("lamb", {options_of<LambKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
+                                            const auto& no_decay, OptimizerImpl) -> std::unique_ptr<torch::optim::Optimizer> {
+                 const auto& k = dynamic_cast<const LambKeys&>(own);
+                 const auto options = [&](double wd) {
+                   return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
+                 };
+                 std::vector<torch::optim::OptimizerParamGroup> groups;
+                 if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
+                 if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+                 return std::make_unique<Lamb>(groups, options(o.weight_decay), k);
+               }});
+}
+
+}  // namespace
+
+Registry<OptimizerType>& optimizer_registry() {
+  static Registry<OptimizerType>* registry = [] {
+    auto* r = new Registry<OptimizerType>("optimizer");
+    add_stoker_optimizers(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace stoker

@@ -1,0 +1,160 @@
+// LAMB (optimizer.type: lamb) against timm 1.0's Lamb (checked-in golden values,
+// tests/golden/lamb_golden.h, written by tests/golden/lamb_golden.py), under the loss scaler, and
+// built from the config through the optimizer registry.
+#include "optim/lamb.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+#include "golden/lamb_golden.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+// Must match SHAPES, GRAD_SCALES, LRS, WEIGHT_DECAY, start() and grad() in tests/golden/lamb_golden.py.
+const std::vector<std::vector<int64_t>> kShapes = {{3, 4}, {5}, {4}};
+const std::vector<double> kGradScales = {0.05, 2.0, 0.3, 5.0, 0.1};
+const std::vector<double> kLrs = {0.01, 0.008, 0.012, 0.005, 0.009};
+constexpr double kWeightDecay = 0.02;
+
+torch::Tensor lamb_start(int64_t k, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const torch::Tensor i = torch::arange(n, torch::kFloat64);
+  return (torch::cos(0.23 * i + static_cast<double>(k)) * (0.5 + 1.5 * static_cast<double>(k))).reshape(shape);
+}
+
+torch::Tensor lamb_grad(int64_t step, int64_t k, const torch::Tensor& p) {
+  const torch::Tensor i = torch::arange(p.numel(), torch::kFloat64);
+  return (torch::sin(0.37 * i + 1.1 * static_cast<double>(step) + 0.5 * static_cast<double>(k)) * kGradScales[step])
+      .reshape(p.sizes());
+}
+
+std::vector<torch::Tensor> golden_params() {
+  std::vector<torch::Tensor> params;
+  for (size_t k = 0; k < kShapes.size(); ++k) params.push_back(lamb_start(static_cast<int64_t>(k), kShapes[k]).requires_grad_());
+  return params;
+}
+
+// LAMB over the golden parameters in two groups: decayed, not.
+std::unique_ptr<Lamb> make_lamb(const std::vector<torch::Tensor>& params, const LambKeys& keys) {
+  const auto options = [&](double wd) {
+    return torch::optim::AdamWOptions(kLrs[0]).betas({keys.betas[0], keys.betas[1]}).eps(keys.eps).weight_decay(wd);
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{params[0], params[1]},
+                      std::make_unique<torch::optim::AdamWOptions>(options(kWeightDecay)));
+  groups.emplace_back(std::vector<torch::Tensor>{params[2]}, std::make_unique<torch::optim::AdamWOptions>(options(0)));
+  return std::make_unique<Lamb>(groups, options(kWeightDecay), keys);
+}
+
+// Golden steps [from, to), the gradients times `loss_scale` and divided by it inside the step (1: no scaler).
+void take_steps(Lamb& lamb, std::vector<torch::Tensor>& params, size_t from, size_t to, double loss_scale) {
+  for (size_t step = from; step < to; ++step) {
+    lamb.set_lr(kLrs[step]);
+    for (size_t k = 0; k < params.size(); ++k) {
+      params[k].mutable_grad() = lamb_grad(static_cast<int64_t>(step), static_cast<int64_t>(k), params[k]) * loss_scale;
+    }
+    if (loss_scale == 1.0) {
+      lamb.step();
+    } else {
+      lamb.step_amp(torch::full({1}, loss_scale, torch::kFloat32), torch::zeros({1}, torch::kFloat32));
+    }
+  }
+}
+
+std::vector<double> flat(const std::vector<torch::Tensor>& params) {
+  std::vector<double> out;
+  for (const auto& p : params) {
+    const torch::Tensor f = p.detach().flatten();
+    for (int64_t i = 0; i < f.numel(); ++i) out.push_back(f[i].item<double>());
+  }
+  return out;
+}
+
+// Five steps of `keys` over the golden parameters; the parameters, flattened.
+std::vector<double> run(const LambKeys& keys, double loss_scale) {
+  std::vector<torch::Tensor> params = golden_params();
+  auto lamb = make_lamb(params, keys);
+  take_steps(*lamb, params, 0, kLrs.size(), loss_scale);
+  return flat(params);
+}
+
+LambKeys keys_of(const golden::LambCase& c) {
+  LambKeys keys;
+  keys.max_grad_norm = c.max_grad_norm;
+  keys.trust_clip = c.trust_clip;
+  keys.always_adapt = c.always_adapt;
+  return keys;
+}
+
+TEST(Lamb, MatchesTimmsGoldenValues) {
+  for (const auto& c : golden::kLambCases) {
+    const std::vector<double> got = run(keys_of(c), 1.0);
+    ASSERT_EQ(got.size(), c.params.size()) << c.name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], c.params[i], 1e-9 * std::max(1.0, std::abs(c.params[i]))) << c.name << " value " << i;
+    }
+  }
+}
+
+// The golden cases differ where they should: each option changes something (no test that cannot fail).
+TEST(Lamb, EveryGoldenCaseDiffersFromTheDefaults) {
+  for (size_t c = 1; c < golden::kLambCases.size(); ++c) {
+    EXPECT_NE(golden::kLambCases[c].params, golden::kLambCases[0].params) << golden::kLambCases[c].name;
+  }
+}
+
+TEST(Lamb, LossScaledGradientsGiveTheSameSteps) {
+  const LambKeys keys = keys_of(golden::kLambCases[0]);
+  const std::vector<double> plain = run(keys, 1.0), scaled = run(keys, 1024.0);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(scaled[i], plain[i], 1e-7) << i;
+}
+
+// A run saved after two steps and loaded into a new optimizer continues as if uninterrupted.
+TEST(Lamb, ResumesExactlyFromItsSavedState) {
+  std::vector<torch::Tensor> params = golden_params();
+  auto first = make_lamb(params, LambKeys());
+  take_steps(*first, params, 0, 2, 1.0);
+  std::stringstream saved;
+  torch::save(*first, saved);
+  auto second = make_lamb(params, LambKeys());
+  torch::load(*second, saved);
+  take_steps(*second, params, 2, kLrs.size(), 1.0);
+  EXPECT_EQ(flat(params), run(LambKeys(), 1.0));
+}
+
+TEST(Lamb, SkipsAStepWithInfiniteGradients) {
+  torch::Tensor p = lamb_start(1, {5}).requires_grad_();
+  const torch::Tensor before = p.detach().clone();
+  Lamb lamb({torch::optim::OptimizerParamGroup({p})}, torch::optim::AdamWOptions(0.01), LambKeys());
+  p.mutable_grad() = torch::ones_like(p);
+  lamb.step_amp(torch::ones({1}), torch::ones({1}));
+  EXPECT_TRUE(torch::equal(p.detach(), before));
+  lamb.step_amp(torch::ones({1}), torch::zeros({1}));
+  EXPECT_FALSE(torch::equal(p.detach(), before));
+}
+
+TEST(Lamb, IsBuiltFromTheConfigWithDecayedAndUndecayedGroups) {
+  OptimizerOptions o;
+  o.algorithm = TypedOptions("lamb", std::make_unique<LambKeys>());
+  o.lr = 0.008;
+  o.weight_decay = 0.02;
+  torch::nn::Linear linear(4, 3);
+  auto optimizer = make_optimizer(o, *linear);
+  ASSERT_NE(dynamic_cast<Lamb*>(optimizer.get()), nullptr);
+  ASSERT_EQ(optimizer->param_groups().size(), 2u);
+  const auto& decayed = static_cast<const torch::optim::AdamWOptions&>(optimizer->param_groups()[0].options());
+  const auto& undecayed = static_cast<const torch::optim::AdamWOptions&>(optimizer->param_groups()[1].options());
+  EXPECT_DOUBLE_EQ(decayed.weight_decay(), 0.02);
+  EXPECT_DOUBLE_EQ(undecayed.weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(decayed.eps(), 1e-6);
+}
+
+}  // namespace
+}  // namespace stoker
