@@ -120,7 +120,7 @@ struct AdamWKeys : TypeOptionsOf<AdamWKeys> {
 };
 
 struct OptimizerOptions {
-  // optimizer.type (sgd | adamw, or registered) and that type's own keys beside it.
+  // optimizer.type (sgd | adamw | lamb, or registered) and that type's own keys beside it.
   TypedOptions algorithm{"sgd", std::make_unique<SgdKeys>()};
   double lr = 0.1;
   double weight_decay = 5e-4;

@@ -362,8 +362,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.samples = batch->size();
     info.data_seconds = t1 - t0;
     info.step_seconds = now_s() - t0;
-    step_digest ^= batch->digest;
-    info.samples_digest = step_digest;
+    info.samples_digest = (step_digest ^= batch->digest);
     if (info.optimizer_step) step_digest = 0;
     for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
     if (info.optimizer_step && state_.batch_in_epoch < batches && stop_agreed(state_.step, false)) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include "recipe/config.h"
 #include "test_util.h"
@@ -106,10 +107,19 @@ TEST(RecipeWrite, FlowSectionsAndNonScalarKeysAreErrorsNamingTheLine) {
   const std::string flow = "run: {name: x}\ndata: {workers: 0, batch_size: 32}\n";
   EXPECT_CONTAINS(stoker::testing::error_of([&] { edit_recipe(flow, {{"data.workers", "2"}}, "", "flow.yaml"); }),
                   "flow.yaml: data at line 2 is written in flow style or holds a value ({workers: 0, batch_size: 32})");
-  EXPECT_CONTAINS(stoker::testing::error_of([&] { edit_recipe(starved_toy(), {{"data.synthetic", "1"}}, "", "s.yaml"); }),
-                  "s.yaml: data.synthetic at line 27 is a mapping or a list, not a value");
-  EXPECT_CONTAINS(stoker::testing::error_of([&] { edit_recipe(starved_toy(), {{"data.mean", "1"}}, "", "s.yaml"); }),
-                  "data.mean at line 39 is a mapping or a list");
+  // The 1-based line of the recipe that starts with `prefix` (the recipe's comments may grow).
+  const std::string toy = starved_toy();
+  auto line_of = [&](const std::string& prefix) {
+    const size_t at = toy.find("\n" + prefix);
+    return at == std::string::npos ? -1 : 2 + std::count(toy.begin(), toy.begin() + static_cast<long>(at), '\n');
+  };
+  ASSERT_GT(line_of("  synthetic:"), 0);
+  ASSERT_GT(line_of("  mean:"), 0);
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { edit_recipe(toy, {{"data.synthetic", "1"}}, "", "s.yaml"); }),
+                  fmt::format("s.yaml: data.synthetic at line {} is a mapping or a list, not a value",
+                              line_of("  synthetic:")));
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { edit_recipe(toy, {{"data.mean", "1"}}, "", "s.yaml"); }),
+                  fmt::format("data.mean at line {} is a mapping or a list", line_of("  mean:")));
 }
 
 }  // namespace
