@@ -26,14 +26,7 @@ void Lamb::set_lr(double lr) {
 }
 
 torch::optim::AdamWParamState& Lamb::state_for(const torch::Tensor& p) {
-  auto& slot = state_[p.unsafeGetTensorImpl()];
-  if (!slot) {
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    slot = std::move(s);
-  }
-  return static_cast<torch::optim::AdamWParamState&>(*slot);
+  return adam_moments(state_, p);
 }
 
 void Lamb::create_state() {

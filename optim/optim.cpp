@@ -233,17 +233,22 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
   }
 }
 
+torch::optim::AdamWParamState& adam_moments(
+    ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state, const torch::Tensor& p) {
+  auto& slot = state[p.unsafeGetTensorImpl()];
+  if (!slot) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    slot = std::move(s);
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
 void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
                      std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps) {
   for (const auto& p : params) {
-    auto& slot = state_[p.unsafeGetTensorImpl()];
-    if (!slot) {
-      auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      slot = std::move(s);
-    }
-    auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+    auto& s = adam_moments(state_, p);
     exp_avgs.push_back(s.exp_avg());
     exp_avg_sqs.push_back(s.exp_avg_sq());
     torch::Tensor& step = steps_[p.unsafeGetTensorImpl()];

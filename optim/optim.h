@@ -75,6 +75,11 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
   torch::Tensor lr_;  // the learning rate on the parameters' device (fused, CUDA)
 };
 
+// The Adam moments of `p` in an optimizer's state map (`state_`), made on first use as zeros in p's
+// layout: AdamW's and LAMB's state, so that both save and load the same checkpoint entries.
+torch::optim::AdamWParamState& adam_moments(
+    ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state, const torch::Tensor& p);
+
 class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
  public:
   AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,

@@ -321,6 +321,11 @@ EvalResult Trainer::evaluate_ema() {
 
 // ---- the loop -------------------------------------------------------------------------------------
 
+std::optional<data::Batch> Trainer::next_batch() {
+  trace::Scope traced("next batch");
+  return train_->next();
+}
+
 // Trains on the rest of epoch `epoch` (all of it, unless resuming mid-epoch) and fills the training
 // half of `er`; sets `interrupted` when a stop was requested at an optimizer-step boundary.
 void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
@@ -335,11 +340,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   idle_->new_epoch();
   while (true) {
     const double t0 = now_s();
-    std::optional<data::Batch> batch;
-    {
-      trace::Scope traced("next batch");
-      batch = train_->next();
-    }
+    const std::optional<data::Batch> batch = next_batch();
     const double t1 = now_s();
     if (!batch) break;
     StepInfo info;

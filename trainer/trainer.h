@@ -217,6 +217,7 @@ class Trainer {
   // The step as a warm-up, capture or replay of the CUDA graph; nothing when it must run eagerly.
   std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
+  std::optional<data::Batch> next_batch();  // the training source's next batch, traced
   // Whether to stop after optimizer step `step`: the request as it is alone; data parallel, the ranks'
   // requests combined at every stop_check_every-th step (and at `epoch_end`), false in between.
   bool stop_agreed(int64_t step, bool epoch_end);
