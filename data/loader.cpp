@@ -111,7 +111,17 @@ void Loader::stop_workers() {
   threads_.clear();
 }
 
+void Loader::retire() {
+  stop_workers();
+  prefetcher_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ready_.clear();
+  pool_.free_all();
+  retired_ = true;
+}
+
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  STOKER_CHECK(!retired_, "this loader was retired (a RetunableLoader replaced it); use the one that replaced it");
   STOKER_CHECK(first_batch >= 0 && first_batch <= num_batches(),
                "cannot start at batch {} of an epoch of {} batches", first_batch, num_batches());
   prefetcher_.clear();  // waits for the copies in flight; their buffers go back to the pool
@@ -237,6 +247,7 @@ Batch Loader::counted(Batch batch) {
 }
 
 std::optional<Batch> Loader::next() {
+  STOKER_CHECK(!retired_, "this loader was retired (a RetunableLoader replaced it); use the one that replaced it");
   auto take = [this] {
     HostBatch* host = take_ready_batch();
     if (host->error) {

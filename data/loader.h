@@ -110,6 +110,10 @@ class Loader : public BatchSource {
   std::vector<std::string> class_names() const override { return dataset().class_names(); }
   // Files of the samples skipped as unreadable so far.
   std::vector<std::string> bad_samples() const { return pipeline_.bad_samples(); }
+  // Stops the workers for good and frees the batch buffers (a RetunableLoader that replaced it), even
+  // while others still hold the loader; it then answers its shape and options only: start_epoch and
+  // next are errors. Batches already handed out stay valid.
+  void retire();
 
  private:
   void worker_loop(int64_t worker);
@@ -134,6 +138,7 @@ class Loader : public BatchSource {
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, ready_cv_;
   bool stopping_ = false;
+  bool retired_ = false;
   std::vector<std::thread> threads_;
 
   int64_t wait_ns_ = 0, samples_ = 0, batches_ = 0;  // the caller's

@@ -41,6 +41,11 @@ HostBatch* HostBatchPool::acquire() {
 
 void HostBatchPool::release(HostBatch* batch) { free_.push_back(batch); }
 
+void HostBatchPool::free_all() {
+  free_.clear();
+  all_.clear();
+}
+
 std::vector<const void*> HostBatchPool::buffers() const {
   std::vector<const void*> out;
   for (const auto& b : all_) out.push_back(b->images.data_ptr());

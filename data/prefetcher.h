@@ -43,6 +43,8 @@ class HostBatchPool {
   bool pinned() const { return pinned_; }
   // Every buffer's image memory (allocated once: the pool never grows).
   std::vector<const void*> buffers() const;
+  // Gives every buffer's memory back (none may be in use); the pool is empty from then on.
+  void free_all();
 
  private:
   bool pinned_;

@@ -54,7 +54,8 @@ void RetunableLoader::set_workers(int64_t workers, int64_t prefetch_factor) {
   options.workers = workers;
   options.prefetch_factor = prefetch_factor;
   add(carried_, loader_->take_times());
-  loader_.reset();  // (when no one else holds it) its workers stop before the new pool is allocated
+  loader_->retire();  // its workers stop and its buffers go before the new ones, whoever else holds it
+  loader_.reset();
   loader_ = std::make_shared<Loader>(dataset_, std::move(options));
   if (epoch_ >= 0) loader_->start_epoch(epoch_, next_batch_);
 }

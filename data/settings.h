@@ -31,6 +31,22 @@ enum class BadSamples {
 // gives, so storage is read once); decoded (decoded, untransformed images, so decoding happens once).
 enum class DataCache { kNone, kRaw, kDecoded };
 
+// data.autotune: continuous, when it acts (recipe/continuous.h; docs/doctor.md). A logging window is
+// starved when the step waited for data over starved_wait of its time, or, on CUDA, when the GPU sat
+// idle between steps over starved_gpu_idle of it while the step waited for data at least fed_wait;
+// only a window below fed_wait ends a streak (hysteresis). `windows` starved windows in a row double the
+// workers; the change is then judged over `cooldown` windows and undone for good when samples/s fell
+// below `worse` x before. max_workers 0: twice the cores, at most 8.
+struct AutotuneWatch {
+  double starved_wait = 0.10;
+  double fed_wait = 0.05;
+  double starved_gpu_idle = 0.10;
+  int64_t windows = 3;
+  int64_t cooldown = 5;
+  double worse = 0.95;
+  int64_t max_workers = 0;
+};
+
 struct DataSettings {
   // The data set type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and its
   // own keys (data.<type>: ...).
@@ -58,6 +74,7 @@ struct DataSettings {
   std::string autotune = "off";
   double autotune_budget_s = 60;
   double autotune_max_share = 0.05;
+  AutotuneWatch autotune_continuous;  // continuous: when a window counts as starved, and how to react
   BadSamples on_bad_sample = BadSamples::kSkip;
   // JPEG/PNG files whose header claims more pixels are bad samples, refused before decoding
   // (decompression bombs); Pillow's default.

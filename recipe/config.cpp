@@ -79,6 +79,17 @@ void visit_mixup(data::MixupSettings& m, V& v) {
 }
 
 template <typename V>
+void visit_autotune_watch(data::AutotuneWatch& w, V& v) {
+  v.field("starved_wait", w.starved_wait, number("a share in (0, 1]", 0, 1, true));
+  v.field("fed_wait", w.fed_wait, number("a share in (0, 1]", 0, 1, true));
+  v.field("starved_gpu_idle", w.starved_gpu_idle, number("a share in (0, 1]", 0, 1, true));
+  v.field("windows", w.windows, at_least(1));
+  v.field("cooldown", w.cooldown, at_least(1));
+  v.field("worse", w.worse, number("a ratio in (0, 1]", 0, 1, true));
+  v.field("max_workers", w.max_workers, at_least(0));
+}
+
+template <typename V>
 void visit_data(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
@@ -111,6 +122,7 @@ void visit_data(Config& c, V& v) {
   v.field("shard_count", c.data.shard_count, at_least(1));
   v.section("random_erasing", [&] { visit_erasing(c.data.random_erasing, v); });
   v.section("mixup", [&] { visit_mixup(c.data.mixup, v); });
+  v.section("autotune_continuous", [&] { visit_autotune_watch(c.data.autotune_continuous, v); });
 }
 
 template <typename V>
@@ -230,6 +242,12 @@ void check_data_and_model(const Config& c, const Fail& fail) {
     c.data.mixup.check();
   } catch (const Error& e) {
     fail(e.what());
+  }
+  const data::AutotuneWatch& w = c.data.autotune_continuous;
+  if (w.fed_wait > w.starved_wait) {
+    fail(fmt::format("data.autotune_continuous.fed_wait ({}) must not be above starved_wait ({}): a window between "
+                     "the two neither starts nor ends a streak",
+                     w.fed_wait, w.starved_wait));
   }
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
@@ -377,6 +395,7 @@ bool breaks_exactness(const std::string& key) {
   static const std::set<std::string> exact = {"optimizer.type", "loss.type", "train.epochs", "train.accumulate_steps",
                                               "train.effective_batch_size", "train.precision", "run.seed"};
   auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };
+  if (under("data.autotune_continuous.")) return false;
   if (under("data.")) return loader_only.count(key) == 0;
   return under("model.") || under("schedule.") || exact.count(key) > 0;
 }

@@ -10,8 +10,21 @@
 
 namespace stoker {
 
+ContinuousPolicy ContinuousPolicy::from(const data::AutotuneWatch& watch, int64_t cores) {
+  ContinuousPolicy p;
+  p.starved_wait = watch.starved_wait;
+  p.fed_wait = watch.fed_wait;
+  p.starved_gpu_idle = watch.starved_gpu_idle;
+  p.windows = watch.windows;
+  p.cooldown = watch.cooldown;
+  p.worse = watch.worse;
+  p.max_workers = watch.max_workers > 0 ? watch.max_workers
+                                        : std::max<int64_t>(1, std::min<int64_t>(8, 2 * std::max<int64_t>(1, cores)));
+  return p;
+}
+
 ContinuousStep continuous_step(ContinuousState& s, const ContinuousPolicy& p, double data_wait,
-                               double samples_per_s) {
+                               double samples_per_s, std::optional<double> gpu_idle) {
   const int64_t cap = s.cap >= 0 ? std::min(s.cap, p.max_workers) : p.max_workers;
   ContinuousStep step{s.workers, ""};
   if (s.since_change >= 0) {  // judging the last change: no other until its cooldown is over
@@ -27,10 +40,11 @@ ContinuousStep continuous_step(ContinuousState& s, const ContinuousPolicy& p, do
     s.workers = step.workers = s.previous;
     return step;
   }
-  if (data_wait > p.starved_wait) {
+  const bool idle_starved = gpu_idle && *gpu_idle > p.starved_gpu_idle && data_wait >= p.fed_wait;
+  if (data_wait > p.starved_wait || idle_starved) {
     ++s.streak;
     s.streak_samples += samples_per_s;
-  } else if (data_wait < p.fed_wait) {
+  } else if (data_wait < p.fed_wait && !idle_starved) {
     s.streak = 0;
     s.streak_samples = 0;
   }
@@ -38,9 +52,11 @@ ContinuousStep continuous_step(ContinuousState& s, const ContinuousPolicy& p, do
   s.previous = s.workers;
   s.before = s.streak_samples / static_cast<double>(s.streak);
   s.workers = step.workers = std::min(cap, std::max<int64_t>(1, 2 * s.workers));
-  step.why = fmt::format("workers {} -> {}: the step waited for data over {:.0f}% of the time for {} windows ({:.1f} "
+  step.why = fmt::format("workers {} -> {}: the step waited for data over {:.0f}% of the time{} for {} windows ({:.1f} "
                          "samples/s)",
-                         s.previous, s.workers, 100 * p.starved_wait, s.streak, s.before);
+                         s.previous, s.workers, 100 * p.starved_wait,
+                         gpu_idle ? fmt::format(" or the GPU sat idle over {:.0f}%", 100 * p.starved_gpu_idle) : "",
+                         s.streak, s.before);
   s.streak = 0;
   s.streak_samples = 0;
   s.since_change = 0;
@@ -56,7 +72,11 @@ ContinuousWorkers::ContinuousWorkers(std::shared_ptr<data::RetunableLoader> load
   state_.workers = loader_->options().workers;
 }
 
-std::string ContinuousWorkers::observe(const StepInfo& step) {
+void ContinuousWorkers::on_train_step_end(Trainer& trainer, const StepInfo& step) {
+  observe(step, [&trainer] { return trainer.take_gpu_idle(); });
+}
+
+std::string ContinuousWorkers::observe(const StepInfo& step, const std::function<std::optional<double>()>& gpu_idle) {
   ++steps_;
   samples_ += step.samples;
   wait_seconds_ += step.data_seconds;
@@ -66,7 +86,7 @@ std::string ContinuousWorkers::observe(const StepInfo& step) {
   const double rate = static_cast<double>(samples_) / step_seconds_;
   steps_ = samples_ = 0;
   wait_seconds_ = step_seconds_ = 0;
-  const ContinuousStep change = continuous_step(state_, policy_, wait, rate);
+  const ContinuousStep change = continuous_step(state_, policy_, wait, rate, gpu_idle ? gpu_idle() : std::nullopt);
   if (change.why.empty()) return "";
   loader_->set_workers(change.workers, loader_->options().prefetch_factor);
   configure_threads(run_threads_, change.workers, on_cpu_);

@@ -227,9 +227,8 @@ std::shared_ptr<data::BatchSource> training_source(const Config& resolved, const
                                                    std::shared_ptr<ContinuousWorkers>& continuous) {
   if (resolved.data.autotune != "continuous") return setup.loaders.train;
   auto retunable = std::make_shared<data::RetunableLoader>(train_set, setup.loaders.train);
-  ContinuousPolicy policy;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  policy.max_workers = std::max<int64_t>(1, std::min<int64_t>(policy.max_workers, 2 * cores));
+  const ContinuousPolicy policy = ContinuousPolicy::from(resolved.data.autotune_continuous, cores);
   continuous = std::make_shared<ContinuousWorkers>(retunable, policy, resolved.train.log_every_steps,
                                                    resolved.run.threads, setup.device.is_cpu());
   return retunable;

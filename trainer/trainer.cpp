@@ -151,7 +151,13 @@ double Trainer::lr_at(int64_t step) const {
 
 bool Trainer::graph_active() const { return graph_ && graph_->active(); }
 
-std::optional<double> Trainer::take_gpu_idle() { return idle_->take_idle_share(); }
+std::optional<double> Trainer::take_gpu_idle() {
+  if (idle_read_step_ != state_.step) {
+    idle_read_step_ = state_.step;
+    idle_reading_ = idle_->take_idle_share();
+  }
+  return idle_reading_;
+}
 
 // ---- the steps ------------------------------------------------------------------------------------
 

@@ -202,8 +202,10 @@ class Trainer {
   bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the schedule.
   double lr_at(int64_t step) const;
-  // On CUDA: the share of GPU time idle between training steps since the last call, measured with
-  // CUDA events (trainer/gpu_idle.h); nothing on the CPU or before two steps have completed.
+  // On CUDA: the share of GPU time idle between training steps since the last reading, measured with
+  // CUDA events (trainer/gpu_idle.h); nothing on the CPU or before two steps have completed. Calls at
+  // the same optimizer step get the same reading, so that several readers of a logging window (the
+  // metrics log, data.autotune: continuous) see one value.
   std::optional<double> take_gpu_idle();
 
  private:
@@ -239,6 +241,8 @@ class Trainer {
   std::shared_ptr<data::BatchSource> train_, eval_;
   std::unique_ptr<CudaGraphStep> graph_;
   std::unique_ptr<GpuIdleMeter> idle_;
+  int64_t idle_read_step_ = -1;           // the step of the last take_gpu_idle() ...
+  std::optional<double> idle_reading_;    // ... and what it read
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
   TrainState state_;

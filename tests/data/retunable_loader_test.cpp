@@ -94,5 +94,21 @@ TEST(RetunableLoader, TheSameSettingsChangeNothingAndBadOnesAreErrors) {
   EXPECT_CONTAINS(stoker::testing::error_of([&] { loader.set_workers(-1, 2); }), "workers -1 must be >= 0");
 }
 
+// The loader a change replaces stops its workers and frees its buffers even while someone else (the
+// run's setup) still holds it; using it again is an error that says why.
+TEST(RetunableLoader, TheReplacedLoaderIsRetiredEvenWhileOthersHoldIt) {
+  auto first = std::make_shared<Loader>(images(), options(2));
+  RetunableLoader loader(images(), first);
+  loader.start_epoch(0);
+  ASSERT_TRUE(loader.next().has_value());
+  EXPECT_FALSE(first->host_buffers().empty());
+  loader.set_workers(1, 2);
+  EXPECT_TRUE(first->host_buffers().empty());
+  EXPECT_EQ(first->out_height(), 5);  // its shape is still known
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { first->next(); }), "this loader was retired");
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { first->start_epoch(0); }), "this loader was retired");
+  EXPECT_EQ(loader.next()->index, 1);
+}
+
 }  // namespace
 }  // namespace stoker::data

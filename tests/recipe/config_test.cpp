@@ -86,6 +86,23 @@ TEST(Config, OutOfRangeValuesAreRejected) {
             "recipe.yaml: optimizer.lr at line 2: expected a positive number, got \".nan\"");
 }
 
+TEST(Config, ContinuousAutotuneThresholdsAreKeysAndChecked) {
+  const Config c = parse_config(
+      "data:\n  autotune: continuous\n  autotune_continuous: {starved_wait: 0.2, fed_wait: 0.08, windows: 2, "
+      "cooldown: 4, max_workers: 6}\n",
+      "r.yaml");
+  EXPECT_DOUBLE_EQ(c.data.autotune_continuous.starved_wait, 0.2);
+  EXPECT_DOUBLE_EQ(c.data.autotune_continuous.fed_wait, 0.08);
+  EXPECT_DOUBLE_EQ(c.data.autotune_continuous.starved_gpu_idle, 0.10);  // not given: the default
+  EXPECT_EQ(c.data.autotune_continuous.windows, 2);
+  EXPECT_EQ(c.data.autotune_continuous.cooldown, 4);
+  EXPECT_EQ(c.data.autotune_continuous.max_workers, 6);
+  EXPECT_CONTAINS(error_of("data:\n  autotune_continuous: {starved_wait: 0.05, fed_wait: 0.2}\n"),
+                  "data.autotune_continuous.fed_wait (0.2) must not be above starved_wait (0.05)");
+  EXPECT_EQ(error_of("data:\n  autotune_continuous:\n    windows: 0\n"),
+            "recipe.yaml: data.autotune_continuous.windows at line 3: expected an integer >= 1, got \"0\"");
+}
+
 TEST(Config, ChoicesAreListed) {
   EXPECT_EQ(error_of("optimizer:\n  type: adam\n"),
             "recipe.yaml: optimizer.type at line 2: expected a registered optimizer type (adamw, lamb, sgd), got "

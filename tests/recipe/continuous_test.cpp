@@ -81,6 +81,50 @@ TEST(RecipeContinuous, TheWorkersStopAtTheMost) {
   EXPECT_EQ(*std::max_element(workers.begin(), workers.end()), 3);
 }
 
+// On CUDA the GPU's idle share counts too, but only while the step also waited for data: idle with no
+// data wait is the host's own overhead, which more workers do not cure.
+TEST(RecipeContinuous, GpuIdleCountsAsStarvedOnlyWhileTheStepAlsoWaitsForData) {
+  ContinuousPolicy policy;  // starved_wait 0.10, fed_wait 0.05, starved_gpu_idle 0.10
+  auto run = [&](double wait, std::optional<double> idle) {
+    ContinuousState state;
+    ContinuousStep step;
+    for (int i = 0; i < 3; ++i) step = continuous_step(state, policy, wait, 100, idle);
+    return step;
+  };
+  const ContinuousStep idle_and_waiting = run(0.07, 0.4);  // between the wait thresholds, GPU idle 40%
+  EXPECT_EQ(idle_and_waiting.workers, 1);
+  EXPECT_EQ(idle_and_waiting.why, "workers 0 -> 1: the step waited for data over 10% of the time or the GPU sat idle "
+                                  "over 10% for 3 windows (100.0 samples/s)");
+  EXPECT_EQ(run(0.07, std::nullopt).workers, 0);  // the CPU, or no reading: the wait alone decides
+  EXPECT_EQ(run(0.01, 0.9).workers, 0);           // idle, but the step did not wait for data
+  EXPECT_EQ(run(0.07, 0.05).workers, 0);          // waiting a little, GPU busy
+  // An idle-and-waiting window does not end a streak either.
+  ContinuousState state;
+  continuous_step(state, policy, 0.3, 100, 0.0);
+  continuous_step(state, policy, 0.03, 100, 0.0);  // fed: ends it
+  EXPECT_EQ(state.streak, 0);
+  continuous_step(state, policy, 0.3, 100, 0.0);
+  continuous_step(state, policy, 0.06, 100, 0.5);
+  EXPECT_EQ(state.streak, 2);
+}
+
+TEST(RecipeContinuous, ThePolicyComesFromTheConfigWithTheMostWorkersFromTheCores) {
+  data::AutotuneWatch watch;
+  watch.starved_wait = 0.2;
+  watch.fed_wait = 0.1;
+  watch.windows = 2;
+  watch.cooldown = 7;
+  ContinuousPolicy p = ContinuousPolicy::from(watch, 2);
+  EXPECT_EQ(p.starved_wait, 0.2);
+  EXPECT_EQ(p.fed_wait, 0.1);
+  EXPECT_EQ(p.windows, 2);
+  EXPECT_EQ(p.cooldown, 7);
+  EXPECT_EQ(p.max_workers, 4);                                   // 0: twice the cores ...
+  EXPECT_EQ(ContinuousPolicy::from(watch, 64).max_workers, 8);  // ... at most 8
+  watch.max_workers = 12;
+  EXPECT_EQ(ContinuousPolicy::from(watch, 2).max_workers, 12);  // as set
+}
+
 // The callback: windows of 2 steps; three starved windows add a worker to the loader itself, between
 // steps, and the batches handed out stay those of a loader that never changed.
 TEST(RecipeContinuous, TheCallbackChangesTheLoadersWorkersBetweenStepsKeepingTheBatches) {
