@@ -124,9 +124,10 @@ void ConsoleSink::epoch(const EpochRecord& e) {
                                              : "");
     }
   }
-  logger().info("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test top-1 {:.2f}%, top-5 {:.2f}%{}, "
-                "{} ({:.0f} samples/s, data wait {:.1f}%{})",
-                r.epoch + 1, e.epochs, r.train_loss, r.test.loss, 100.0 * r.test.top1, 100.0 * r.test.top5, ema,
+  logger().info("epoch {}/{}: train loss {:.4f}, train top-1 {:.2f}%, test loss {:.4f}, test top-1 {:.2f}%, top-5 "
+                "{:.2f}%{}, {} ({:.0f} samples/s, data wait {:.1f}%{})",
+                r.epoch + 1, e.epochs, r.train_loss, 100.0 * r.train_top1, r.test.loss, 100.0 * r.test.top1,
+                100.0 * r.test.top5, ema,
                 format_duration(r.seconds), r.samples_per_s, 100.0 * r.data_wait, efficiency);
 }
 

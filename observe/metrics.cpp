@@ -40,6 +40,7 @@ std::vector<Scalar> scalars_of(const EpochRecord& e) {
   const EpochResult& r = e.result;
   std::vector<Scalar> out = {
       {"train/epoch_loss", r.train_loss},
+      {"train/epoch_top1", r.train_top1},
       {"epoch/epoch", static_cast<double>(r.epoch + 1)},
       {"epoch/seconds", r.seconds},
       {"epoch/samples_per_s", r.samples_per_s},

@@ -87,6 +87,7 @@ std::string metrics_line(const EpochRecord& e) {
   line["epoch"] = r.epoch;
   line["step"] = e.step;
   line["train_loss"] = r.train_loss;
+  if (std::isfinite(r.train_top1)) line["train_top1"] = r.train_top1;
   line["test_loss"] = r.test.loss;
   line["test_top1"] = r.test.top1;
   line["test_top5"] = r.test.top5;

@@ -197,7 +197,7 @@ const std::vector<Plot>& plots() {
   static const std::vector<Plot> kPlots = {
       {"Training loss", false, {{"loss", "loss"}}},
       {"Learning rate", false, {{"lr", "lr"}}},
-      {"Test top-1", true, {{"test_top1", "top-1"}, {"ema_test_top1", "EMA top-1"}}, true},
+      {"Top-1", true, {{"test_top1", "test"}, {"ema_test_top1", "EMA test"}, {"train_top1", "train (augmented)"}}, true},
       {"Test top-5", true, {{"test_top5", "top-5"}, {"ema_test_top5", "EMA top-5"}}, true},
       {"Test loss", true, {{"test_loss", "loss"}, {"ema_test_loss", "EMA loss"}}},
       {"Samples/s", false, {{"samples_per_s", "samples/s"}}},

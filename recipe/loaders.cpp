@@ -97,7 +97,7 @@ std::vector<std::string> describe_training_augment(const Config& config) {
   if (config.data.mixup.enabled()) {
     lines.push_back(fmt::format(
         "data.mixup: {}; the training targets are soft labels (train.label_smoothing {:g} folded in) and train/loss "
-        "is measured against them; there is no training top-1, the test metrics use the true labels",
+        "is measured against them; training top-1 is against each sample's dominant label (the larger share of its mixed target), the test metrics use the true labels",
         config.data.mixup.describe(), config.train.label_smoothing));
   }
   return lines;

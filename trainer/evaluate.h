@@ -25,6 +25,10 @@ struct EvalResult {
 struct EpochResult {
   int64_t epoch = 0;  // 0-based
   double train_loss = 0;
+  // The share of the epoch's training samples whose largest logit is their label: the class index,
+  // or with soft targets (mixup/cutmix, label smoothing) the dominant class of the target (NaN when
+  // no sample was trained). On the augmented inputs, with the weights as they were at each step.
+  double train_top1 = 0;
   EvalResult test;
   EvalResult ema_test;  // the EMA of the weights (train.ema_decay); samples == 0 without one
   double seconds = 0;

@@ -104,6 +104,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
                "with stoker::choose_precision (trainer/precision_choice.h) or name a precision");
   check_model_placement(module(), options_);
   watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
+  train_correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   precision_summary_ = describe_precision(options_.precision);  // the run applies it (apply_global_precision)
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
   for (const auto& p : module().parameters()) {
@@ -201,6 +202,12 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
   }
   torch::Tensor loss = compute_loss(logits, target);
   watch_->note_loss(loss);
+  {
+    // Training top-1, against the dominant class of soft targets.
+    torch::NoGradGuard no_grad;
+    const torch::Tensor label = target.dim() == 2 ? target.argmax(1) : target;
+    train_correct_.add_(logits.argmax(1).eq(label).sum());
+  }
   // Data parallel: the batch that ends an optimizer step all-reduces the gradients (mean over the
   // ranks) while backward runs; accumulation batches keep theirs local (DDP's no_sync).
   if (data_parallel_) data_parallel_->before_backward(/*sync=*/update);
@@ -344,6 +351,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   double data_seconds = 0;
   uint64_t step_digest = 0;  // of the batches since the last optimizer step
   idle_->new_epoch();
+  train_correct_.zero_();
   while (true) {
     const double t0 = now_s();
     const std::optional<data::Batch> batch = next_batch();
@@ -383,6 +391,7 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   er.nonfinite_skips = watch_->take_skips();
   const double counted = loss_count.item<double>();
   er.train_loss = counted > 0 ? loss_sum.item<double>() / counted : NAN;
+  er.train_top1 = samples > 0 ? train_correct_.item<double>() / static_cast<double>(samples) : NAN;
   er.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
   er.data_wait = seconds > 0 ? data_seconds / seconds : 0;
   er.stages = train_->take_times();

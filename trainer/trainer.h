@@ -251,6 +251,9 @@ class Trainer {
   std::unique_ptr<NonfiniteWatch> watch_;
   StepPlace place_;  // the optimizer step in progress, for the inf/NaN reports
   std::vector<torch::Tensor> buffers_before_;  // see save_buffers()
+  // Training samples counted right this epoch (on the device: no sync per step; a CUDA graph adds
+  // to it in place when replayed).
+  torch::Tensor train_correct_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finish_requested_{false};
 };

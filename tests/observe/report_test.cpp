@@ -116,7 +116,7 @@ TEST(Report, EveryPlotHasANonEmptyPathAndThePageTheConfigAndEnvironment) {
   const std::vector<std::string> svgs = svgs_of(html);
   // Loss, lr, top-1, top-5, test loss, samples/s, data wait, TFLOP/s, MFU, stages (no GPU telemetry).
   ASSERT_EQ(svgs.size(), 10u) << html;
-  for (const char* title : {"Training loss", "Learning rate", "Test top-1", "Test top-5", "Test loss", "Samples/s",
+  for (const char* title : {"Training loss", "Learning rate", "Top-1", "Test top-5", "Test loss", "Samples/s",
                             "Data wait", "Achieved TFLOP/s", "MFU", "Input pipeline"}) {
     EXPECT_CONTAINS(html, std::string("font-weight='bold'>") + title);
   }

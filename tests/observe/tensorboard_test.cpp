@@ -193,6 +193,7 @@ EpochResult fake_epoch(int64_t epoch) {
   EpochResult r;
   r.epoch = epoch;
   r.train_loss = 2.0 - static_cast<double>(epoch);
+  r.train_top1 = 0.5 + 0.25 * static_cast<double>(epoch);
   r.test = {0.75 - 0.25 * static_cast<double>(epoch), 0.5 + 0.125 * static_cast<double>(epoch), 0.875, 100};
   if (epoch == 1) r.ema_test = {0.375, 0.6875, 0.9375, 100};
   r.seconds = 12.5;
@@ -319,6 +320,7 @@ TEST_F(TensorBoardPython, EventAccumulatorReadsEveryTagStepAndValue) {
   }
   want["train/gpu_idle"] = {{2, 0.125}, {3, 0.25}, {4, 0.375}, {6, 0.5}};
   want["train/epoch_loss"] = {{3, 2.0}, {6, 1.0}};
+  want["train/epoch_top1"] = {{3, 0.5}, {6, 0.75}};
   want["test/loss"] = {{3, 0.75}, {6, 0.5}};
   want["test/top1"] = {{3, 0.5}, {6, 0.625}};
   want["test/top5"] = {{3, 0.875}, {6, 0.875}};
@@ -384,7 +386,7 @@ TEST_F(TensorBoardPython, TrainingRunHasEveryTagWithMetricsValues) {
   const std::map<std::string, std::string> per_epoch = {
       {"test/loss", "test_loss"},         {"test/top1", "test_top1"},         {"test/top5", "test_top5"},
       {"ema_test/loss", "ema_test_loss"}, {"ema_test/top1", "ema_test_top1"}, {"ema_test/top5", "ema_test_top5"},
-      {"train/epoch_loss", "train_loss"}, {"epoch/tflops", "tflops"},         {"epoch/mfu", "mfu"},
+      {"train/epoch_loss", "train_loss"}, {"train/epoch_top1", "train_top1"}, {"epoch/tflops", "tflops"},         {"epoch/mfu", "mfu"},
       {"epoch/samples_per_s", "samples_per_s"}, {"data/read_s", "data_read_s"}};
   for (const auto& [tag, key] : per_epoch) {
     ASSERT_TRUE(got.count(tag)) << "TensorBoard found no tag " << tag;

@@ -102,14 +102,20 @@ TEST(TrainerParts, FitRunsTheHandedPartsAsAPlainLoopDoes) {
   TinyNet plain = net(3);
   torch::optim::SGD sgd(plain->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   int64_t step = 0;
+  std::vector<double> top1;  // the training top-1 of each epoch: logits before each step's update
   for (int epoch = 0; epoch < 2; ++epoch) {
     b.train->start_epoch(epoch, 0);
+    int64_t correct = 0, seen = 0;
     while (std::optional<data::Batch> batch = b.train->next()) {
       static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(falling_lr(step++));
       sgd.zero_grad();
-      smoothed_cross_entropy(plain->forward(batch->input), batch->target).backward();
+      const torch::Tensor logits = plain->forward(batch->input);
+      correct += logits.argmax(1).eq(batch->target).sum().item<int64_t>();
+      seen += batch->size();
+      smoothed_cross_entropy(logits, batch->target).backward();
       sgd.step();
     }
+    top1.push_back(static_cast<double>(correct) / static_cast<double>(seen));
   }
 
   ASSERT_EQ(result.epochs.size(), 2u);
@@ -118,10 +124,65 @@ TEST(TrainerParts, FitRunsTheHandedPartsAsAPlainLoopDoes) {
   EXPECT_EQ(result.epochs[1].test.samples, 20);
   ASSERT_EQ(lr_log->lrs.size(), 10u);
   for (int64_t s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(lr_log->lrs[s], falling_lr(s)) << "step " << s;
+  EXPECT_DOUBLE_EQ(result.epochs[0].train_top1, top1[0]);
+  EXPECT_DOUBLE_EQ(result.epochs[1].train_top1, top1[1]);
   const auto trained = model->parameters(), expected = plain->parameters();
   for (size_t i = 0; i < trained.size(); ++i) {
     EXPECT_TRUE(torch::allclose(trained[i], expected[i], 1e-6, 1e-7)) << "parameter " << i;
   }
+}
+
+// The batches of `inner` with soft targets, as mixup hands them out: 0.6 of the sample's class and
+// 0.4 of the class of the batch's sample in reversed order.
+class SoftTargets : public data::BatchSource {
+ public:
+  explicit SoftTargets(std::shared_ptr<data::BatchSource> inner) : inner_(std::move(inner)) {}
+  int64_t num_batches() const override { return inner_->num_batches(); }
+  int64_t num_samples() const override { return inner_->num_samples(); }
+  int64_t channels() const override { return inner_->channels(); }
+  int64_t out_height() const override { return inner_->out_height(); }
+  int64_t out_width() const override { return inner_->out_width(); }
+  void start_epoch(int64_t epoch, int64_t first_batch) override { inner_->start_epoch(epoch, first_batch); }
+  std::optional<data::Batch> next() override {
+    std::optional<data::Batch> b = inner_->next();
+    if (b) {
+      const torch::Tensor one_hot = torch::one_hot(b->target, 3).to(torch::kFloat32);
+      b->target = 0.6 * one_hot + 0.4 * one_hot.flip(0);
+    }
+    return b;
+  }
+
+ private:
+  std::shared_ptr<data::BatchSource> inner_;
+};
+
+// With soft targets (mixup, cutmix) the training top-1 counts a sample right when its largest logit is
+// its target's dominant class.
+TEST(TrainerParts, TrainingTopOneOfSoftTargetsIsAgainstTheDominantClass) {
+  TinyNet model = net(5);
+  TrainerParts parts;
+  parts.model = torch::nn::AnyModule(model);
+  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  TrainerOptions options;
+  options.epochs = 1;
+  auto memory = memory_source(5, 8, 11);
+  Trainer trainer(options, std::move(parts), std::make_shared<SoftTargets>(memory));
+  const FitResult result = trainer.fit();
+
+  TinyNet plain = net(5);
+  torch::optim::SGD sgd(plain->parameters(), torch::optim::SGDOptions(0.1));
+  SoftTargets soft(memory);
+  soft.start_epoch(0, 0);
+  int64_t correct = 0;
+  while (std::optional<data::Batch> batch = soft.next()) {
+    sgd.zero_grad();
+    const torch::Tensor logits = plain->forward(batch->input);
+    correct += logits.argmax(1).eq(batch->target.argmax(1)).sum().item<int64_t>();
+    torch::nn::functional::cross_entropy(logits, batch->target).backward();
+    sgd.step();
+  }
+  ASSERT_EQ(result.epochs.size(), 1u);
+  EXPECT_DOUBLE_EQ(result.epochs[0].train_top1, static_cast<double>(correct) / 40.0);
 }
 
 // Without a loss, schedule, scaler or EMA part: cross-entropy, the optimizer's own learning rate,
