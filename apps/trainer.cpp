@@ -207,6 +207,8 @@ void pack_flags(CLI::App& app, Args& a) {
       ->check(whole_number_in(1, 100));
   value_flag(app, "--shard-size", a.shard_size_mb, "MB", "close a shard before it grows past this (default 256)")
       ->check(CLI::PositiveNumber);
+  value_flag(app, "--workers", a.pack_workers, "N", "threads reading and encoding samples (default: the hardware's\n"
+             "threads); the shards are the same bytes whatever N")->check(whole_number_in(1, 4096));
 }
 
 // ---- the subcommand table ---------------------------------------------------------------------------

@@ -16,7 +16,21 @@
 #include <string>
 #include <vector>
 
+
 namespace stoker::data {
+
+// How far a split's packing has come (PackOptions::advance).
+struct PackProgress {
+  std::string split;         // train | validation
+  int64_t done = 0, total = 0;  // samples written, and the split's
+  int64_t bytes_read = 0;    // the samples' bytes as read from --from
+  int64_t bytes_written = 0;  // as stored in the shards
+  double seconds = 0;        // since the split started
+};
+
+// "train: 512 of 1000 samples (51%), 21.3 MB/s read, ETA 0:08": the rate from the bytes read so
+// far, the time left at the rate of the samples so far ("ETA ?" before the first sample).
+std::string format_pack_progress(const PackProgress& p);
 
 struct PackOptions {
   std::string from;          // an ImageFolder root or an IDX folder
@@ -25,6 +39,11 @@ struct PackOptions {
   int quality = 90;          // JPEG quality of re-encoded images
   double shard_size_mb = 256;  // a shard is closed before it would grow past this
   uint64_t seed = 0;         // the order of the samples in the shards
+  // Threads reading and encoding samples (0: the hardware's threads). The shards are the same bytes
+  // whatever the number: samples are encoded in parallel, a chunk at a time, and written in order.
+  int64_t workers = 0;
+  // Called after each chunk of samples is written (a few dozen per worker) and at a split's end.
+  std::function<void(const PackProgress&)> advance;
   // Called after each shard is written: the split, samples written and the split's total.
   std::function<void(const std::string& split, const std::string& shard, int64_t done, int64_t total)> progress;
 };
