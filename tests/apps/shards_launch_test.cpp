@@ -178,6 +178,25 @@ fs::path only_run(const fs::path& root) {
   return runs.size() == 1 ? runs.front() : fs::path();
 }
 
+// `trainer args` under torchrun as 2 ranks (at most 120 s): the ranks' logs; `code` the launcher's exit code.
+std::vector<std::string> torchrun_two_ranks(const fs::path& python, const fs::path& dir,
+                                            const std::vector<std::string>& args, int& code) {
+  std::vector<std::string> argv = {python.string(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                   "--log-dir", (dir / "two.logs").string(), "--redirects", "3", "--no-python",
+                                   stoker::testing::trainer_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t launcher = stoker::testing::start_process(argv, {}, dir / "two.launcher.log");
+  stoker::testing::Reaper reaper({launcher});
+  code = stoker::testing::wait_until(launcher, std::chrono::steady_clock::now() + std::chrono::seconds(120));
+  std::vector<std::string> ranks(2);
+  if (!fs::exists(dir / "two.logs")) return ranks;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "two.logs")) {
+    const std::string parent = e.path().parent_path().filename().string();
+    if (e.is_regular_file() && (parent == "0" || parent == "1")) ranks[parent == "1"] += stoker::testing::read_bytes(e.path());
+  }
+  return ranks;
+}
+
 // Issue 21: one process with batch 128 and two ranks under torchrun with batch 64 each, training
 // from shards in the shard-locality order with two loader workers, random crops and flips: every
 // optimizer step sees the same samples with the same draws (the ranks' digests XOR to the process's),
@@ -214,24 +233,11 @@ logging: {{sample_digests: true}}
     return std::vector<std::string>{"--config", (dir / "r.yaml").string(), "--set", "run.name=" + name,
                                     "--set", fmt::format("data.batch_size={}", batch)};
   };
-  const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(120); };
   const pid_t alone = stoker::testing::start_trainer(args("one", 128), {}, dir / "one.log");
   stoker::testing::Reaper reap_alone({alone});
-  ASSERT_EQ(stoker::testing::wait_until(alone, deadline()), 0) << stoker::testing::read_bytes(dir / "one.log");
-  std::vector<std::string> argv = {python.string(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                                   "--log-dir", (dir / "two.logs").string(), "--redirects", "3", "--no-python",
-                                   stoker::testing::trainer_bin()};
-  for (const auto& a : args("two", 64)) argv.push_back(a);
-  const pid_t launcher = stoker::testing::start_process(argv, {}, dir / "two.launcher.log");
-  stoker::testing::Reaper reap_launcher({launcher});
-  const int code = stoker::testing::wait_until(launcher, deadline());
-  std::vector<std::string> ranks(2);
-  if (fs::exists(dir / "two.logs")) {
-    for (const auto& e : fs::recursive_directory_iterator(dir / "two.logs")) {
-      const std::string parent = e.path().parent_path().filename().string();
-      if (e.is_regular_file() && (parent == "0" || parent == "1")) ranks[parent == "1"] += stoker::testing::read_bytes(e.path());
-    }
-  }
+  ASSERT_EQ(stoker::testing::wait_until(alone, std::chrono::steady_clock::now() + std::chrono::seconds(120)), 0) << stoker::testing::read_bytes(dir / "one.log");
+  int code = -1;
+  const std::vector<std::string> ranks = torchrun_two_ranks(python, dir.path(), args("two", 64), code);
   ASSERT_EQ(code, 0) << stoker::testing::read_bytes(dir / "two.launcher.log") << ranks[0] << ranks[1];
 
   const std::string one = stoker::testing::read_bytes(dir / "one.log");
