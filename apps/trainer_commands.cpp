@@ -433,6 +433,7 @@ int pack(const Args& args) {
   o.quality = static_cast<int>(args.quality);
   o.shard_size_mb = args.shard_size_mb;
   o.workers = args.pack_workers;
+  o.shards = args.pack_shards;
   auto& log = stoker::logger();
   // On a terminal one progress line, redrawn (\r) every 0.2 s; in a log a line every 30 s and one per shard.
   const bool tty = ::isatty(fileno(stderr)) == 1;

@@ -144,6 +144,15 @@ PackedSplit pack_split(const Dataset& set, const std::string& split, const std::
     out.bytes += static_cast<int64_t>(fs::file_size(path));
     if (o.progress) o.progress(split, out.shards.back(), out.samples, set.size());
   };
+  STOKER_CHECK(o.shards <= set.size(), "--shards {}: the {} split has only {} samples; ask for at most that many "
+               "shards", o.shards, split, set.size());
+  // Whether the open shard is complete before a sample that would make it `too_big`.
+  const auto shard_full = [&](const PackedSplit& p, bool too_big) {
+    if (o.shards <= 0) return p.lengths.back() > 0 && too_big;
+    const auto k = static_cast<int64_t>(p.lengths.size());  // shards so far, the open one included
+    const int64_t n = set.size(), per = n / o.shards, extra = n % o.shards;
+    return p.samples == k * per + std::min(k, extra);
+  };
   std::vector<Packed> chunk;
   for (size_t begin = 0; begin < order.size(); begin += chunk.size()) {
     chunk.assign(std::min<size_t>(order.size() - begin, static_cast<size_t>(32 * workers)), Packed{});
@@ -152,7 +161,7 @@ PackedSplit pack_split(const Dataset& set, const std::string& split, const std::
       const Encoded& e = chunk[k].encoded;
       const std::string key = fmt::format("{:08d}", begin + k);
       const int64_t need = 4 * 512 + static_cast<int64_t>(e.bytes.size());
-      if (shard && out.lengths.back() > 0 && shard->writer().bytes() + need + 1024 > limit) finish_shard();
+      if (shard && shard_full(out, shard->writer().bytes() + need + 1024 > limit)) finish_shard();
       if (!shard) {
         out.shards.push_back(fmt::format("{}-{:06d}.tar", prefix, out.shards.size()));
         out.lengths.push_back(0);
@@ -195,6 +204,7 @@ std::string format_pack_progress(const PackProgress& p) {
 std::vector<PackedSplit> pack_dataset(const PackOptions& o) {
   STOKER_CHECK(o.shard_size_mb > 0, "--shard-size must be positive, not {}", o.shard_size_mb);
   STOKER_CHECK(o.quality >= 1 && o.quality <= 100, "--quality must be 1..100, not {}", o.quality);
+  STOKER_CHECK(o.shards >= 0, "--shards must be positive, not {}", o.shards);
   STOKER_CHECK(o.workers >= 0, "--workers must be 0 (the hardware's threads) or more, not {}", o.workers);
   // The parallelism is the workers: OpenCV's own threads would only compete with them.
   if (o.workers != 1) cv::setNumThreads(0);

@@ -38,6 +38,9 @@ struct PackOptions {
   int64_t max_side = 0;      // 0: keep the images as they are
   int quality = 90;          // JPEG quality of re-encoded images
   double shard_size_mb = 256;  // a shard is closed before it would grow past this
+  // Instead (when > 0): each split cut into this many shards of equal sample counts (the first
+  // samples % shards shards one more); a split with fewer samples is an error.
+  int64_t shards = 0;
   uint64_t seed = 0;         // the order of the samples in the shards
   // Threads reading and encoding samples (0: the hardware's threads). The shards are the same bytes
   // whatever the number: samples are encoded in parallel, a chunk at a time, and written in order.

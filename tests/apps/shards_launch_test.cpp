@@ -12,6 +12,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "data/encode.h"
 #include "data/pack.h"
@@ -114,6 +115,27 @@ TEST(ShardsCli, PackWritesTheSameBytesWhateverTheWorkers) {
     EXPECT_CONTAINS(r.output, "folder/train/class1/");
   }
   EXPECT_EQ(errors.size(), 1u) << *errors.begin() << " | " << *errors.rbegin();
+}
+
+// --shards N: each split in N shards of equal sample counts (120 samples in 7: one of 18, six of 17).
+TEST(ShardsCli, PackIntoANumberOfShards) {
+  TempDir dir;
+  write_jpeg_folder(dir / "folder", 40);
+  const fs::path out = dir / "shards";
+  Result r = run(trainer(fmt::format("pack --from {} --to {} --shards 7 --workers 2", (dir / "folder").string(), out.string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto info = nlohmann::json::parse(stoker::testing::read_bytes(out / "_info.json"));
+  for (const char* split : {"train", "validation"}) {
+    EXPECT_EQ(info["splits"][split]["shard_lengths"], nlohmann::json({18, 17, 17, 17, 17, 17, 17})) << split;
+  }
+  EXPECT_EQ(data::scan_tar_file((out / "train-000006.tar").string()).size(), 34u);
+  r = run(trainer(fmt::format("pack --from {} --to {} --shards 121", (dir / "folder").string(), (dir / "many").string())));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--shards 121: the train split has only 120 samples");
+  r = run(trainer(fmt::format("pack --from {} --to {} --shards 2 --shard-size 5", (dir / "folder").string(),
+                              (dir / "both").string())));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_CONTAINS(r.output, "--shard-size excludes --shards");
 }
 
 TEST(ShardsCli, PackProgressLineNumbers) {
