@@ -6,9 +6,10 @@
 // Samples go into the shards in a seeded random order, so that a reader streaming shards (Python's
 // webdataset with a shuffle buffer) sees mixed classes. With max_side, images whose longer side is
 // larger are decoded, scaled down to it and written as JPEG at `quality`; otherwise the original
-// bytes are kept (IDX images, which are raw pixels, are written as PNG). Each shard is written
-// under a temporary name and renamed when complete, so a killed pack leaves no shard that looks
-// whole; `_info.json` is written last.
+// bytes are kept (IDX images, which are raw pixels, are written as PNG). Samples are read and
+// encoded on `workers` threads and written in order, so the output does not depend on their number.
+// Each shard is written under a temporary name and renamed when complete, so a killed pack leaves
+// no shard that looks whole; `_info.json` is written last.
 #pragma once
 
 #include <cstdint>
