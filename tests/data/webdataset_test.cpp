@@ -12,6 +12,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "data/cache.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/pipeline.h"
@@ -226,6 +227,9 @@ TEST(WebDatasetType, ShardWindowOrderTakesTheShardsFromTheData) {
   DatasetOptions limited = o;
   limited.limit = 4;
   EXPECT_EQ(create_dataset(limited)->shard_layout().ends, (std::vector<int64_t>{3, 4}));
+  // A memory cache of every sample keeps the order; one of a subset has no shards to keep.
+  EXPECT_EQ(CachedDataset(set, CacheOptions()).shard_layout().ends, (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_TRUE(CachedDataset(set, CacheOptions().set_max_samples(4)).shard_layout().ends.empty());
   LoaderOptions l;
   l.batch_size = 3;
   l.seed = 4;
