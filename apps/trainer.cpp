@@ -205,8 +205,13 @@ void pack_flags(CLI::App& app, Args& a) {
              "store them as JPEG (default: keep the images as they are)")->check(positive_whole_number());
   value_flag(app, "--quality", a.quality, "Q", "JPEG quality of re-encoded images, 1..100 (default 90)")
       ->check(whole_number_in(1, 100));
-  value_flag(app, "--shard-size", a.shard_size_mb, "MB", "close a shard before it grows past this (default 256)")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* size = value_flag(app, "--shard-size", a.shard_size_mb, "MB",
+                                 "close a shard before it grows past this (default 256)")->check(CLI::PositiveNumber);
+  value_flag(app, "--shards", a.pack_shards, "N", "cut each split into N shards of equal sample counts instead\n"
+             "(for readers that hand whole shards to ranks or workers)")
+      ->check(whole_number_in(1, 100000000))->excludes(size);
+  value_flag(app, "--workers", a.pack_workers, "N", "threads reading and encoding samples (default: the hardware's\n"
+             "threads); the shards are the same bytes whatever N")->check(whole_number_in(1, 4096));
 }
 
 // ---- the subcommand table ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -431,12 +432,31 @@ int pack(const Args& args) {
   o.max_side = args.max_side;
   o.quality = static_cast<int>(args.quality);
   o.shard_size_mb = args.shard_size_mb;
+  o.workers = args.pack_workers;
+  o.shards = args.pack_shards;
   auto& log = stoker::logger();
-  o.progress = [&log](const std::string& split, const std::string& shard, int64_t done, int64_t total) {
-    log.info("pack {}: {} written ({} of {} samples, {:.0f}%)", split, shard, done, total, 100.0 * done / total);
+  // On a terminal one progress line, redrawn (\r) every 0.2 s; in a log a line every 30 s and one per shard.
+  const bool tty = ::isatty(fileno(stderr)) == 1;
+  double last = -1;
+  std::string last_split;
+  o.progress = [&log, tty](const std::string& split, const std::string& shard, int64_t done, int64_t total) {
+    if (!tty) log.info("pack {}: {} written ({} of {} samples, {:.0f}%)", split, shard, done, total, 100.0 * done / total);
   };
-  log.info("pack: {} -> {}{}", o.from, o.to,
-           o.max_side > 0 ? fmt::format(" (longer side at most {} px, JPEG quality {})", o.max_side, o.quality) : "");
+  o.advance = [&log, tty, &last, &last_split](const data::PackProgress& p) {
+    const bool end = p.done == p.total;
+    if (p.split != last_split) last = -1;
+    last_split = p.split;
+    if (!end && last >= 0 && p.seconds - last < (tty ? 0.2 : 30.0)) return;
+    last = p.seconds;
+    if (tty) {
+      std::fprintf(stderr, "\r\033[Kpack %s%s", data::format_pack_progress(p).c_str(), end ? "\n" : "");
+    } else {
+      log.info("pack {}", data::format_pack_progress(p));
+    }
+  };
+  log.info("pack: {} -> {}{}, {} workers", o.from, o.to,
+           o.max_side > 0 ? fmt::format(" (longer side at most {} px, JPEG quality {})", o.max_side, o.quality) : "",
+           o.workers > 0 ? o.workers : std::max<int64_t>(1, std::thread::hardware_concurrency()));
   const std::vector<data::PackedSplit> splits = data::pack_dataset(o);
   for (const data::PackedSplit& s : splits) {
     log.info("{}: {} samples in {} shards, {:.1f} MB", s.name, s.samples, s.shards.size(), s.bytes / 1e6);

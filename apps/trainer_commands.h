@@ -46,6 +46,8 @@ struct Args {
   int64_t max_side = 0;                // pack: 0 keeps the images as they are
   int64_t quality = 90;                // pack: JPEG quality of re-encoded images
   double shard_size_mb = 256;          // pack
+  int64_t pack_shards = 0;             // pack: 0 cuts shards by size
+  int64_t pack_workers = 0;            // pack: threads encoding samples (0: the hardware's threads)
 };
 
 // The handlers; each returns the exit status (0 done, 130 stopped by a signal) and throws on errors.

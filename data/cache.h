@@ -60,6 +60,10 @@ class CachedDataset : public Dataset {
   int64_t width() const override { return inner_->width(); }
   void read(int64_t index, RawSample& out) const override;
   std::string describe(int64_t index) const override { return inner_->describe(index); }
+  // The wrapped data set's shards when every sample is cached (the same order as without the cache).
+  ShardLayout shard_layout() const override {
+    return size() == inner_->size() ? inner_->shard_layout() : ShardLayout{};
+  }
 
   CacheLevel level() const { return options_.level; }
   // Bytes the cached samples hold.

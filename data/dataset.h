@@ -45,6 +45,14 @@ class Dataset {
   // The name of each class by label (ImageFolder's folder names, Fashion-MNIST's and CIFAR-10's
   // published names); empty when the data set has none (classes are then shown as indices).
   virtual std::vector<std::string> class_names() const { return {}; }
+  // Where the samples sit in shards that are cheaper to read in runs (WebDataset tars): each
+  // non-empty shard's end index (ascending, the last equal to size()), and the shard window of the
+  // sampler's shard-locality order (SamplerOptions::shard_window; 0: a global shuffle).
+  struct ShardLayout {
+    std::vector<int64_t> ends;
+    int64_t window = 0;
+  };
+  virtual ShardLayout shard_layout() const { return {}; }
 };
 
 // Options for building a dataset split: what every data set type takes, plus the type's own keys

@@ -68,6 +68,12 @@ int64_t size_of(const std::shared_ptr<Dataset>& dataset) {
   return dataset->size();
 }
 
+// The sampler's options with the data set's shards (for the shard-locality order).
+SamplerOptions sampler_options(const LoaderOptions& o, const Dataset& dataset) {
+  Dataset::ShardLayout layout = dataset.shard_layout();
+  return o.sampler().set_shard_window(std::move(layout.ends), layout.window);
+}
+
 // Buffers: the workers' window, the device prefetcher's, and one being handed out.
 int64_t pool_size(const LoaderOptions& o) {
   return std::max<int64_t>(1, o.workers) * o.prefetch_factor + (o.device.is_cuda() ? o.device_prefetch : 0) + 1;
@@ -79,7 +85,7 @@ int64_t pool_size(const LoaderOptions& o) {
 
 Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
     : options_(checked(std::move(options))),
-      sampler_(size_of(dataset), options_.sampler()),
+      sampler_(size_of(dataset), sampler_options(options_, *dataset)),
       pipeline_(std::move(dataset), options_.pipeline()),
       pool_(pool_size(options_), options_.batch_size, pipeline_.out_height(), pipeline_.out_width(),
             pipeline_.channels(), options_.prefetcher().pinned),

@@ -4,16 +4,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
 
 #include "common/atomic_write.h"
 #include "common/error.h"
@@ -83,7 +88,44 @@ Encoded encode_sample(const RawSample& raw, const PackOptions& o, const std::str
   return e;
 }
 
+// A sample ready to be written.
+struct Packed {
+  Encoded encoded;
+  int64_t label = 0;
+  int64_t bytes_read = 0;
+};
+
+// Reads and encodes samples order[begin, begin + out.size()) into `out` on `workers` threads; an
+// error is rethrown for the first failing sample in order, as a serial pack would have raised it.
+void encode_chunk(const Dataset& set, const std::vector<int64_t>& order, size_t begin, const PackOptions& o,
+                  int64_t workers, std::vector<Packed>& out) {
+  std::vector<std::exception_ptr> errors(out.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    RawSample raw;
+    for (size_t k = next++; k < out.size(); k = next++) {
+      try {
+        const int64_t index = order[begin + k];
+        set.read(index, raw);
+        out[k].encoded = encode_sample(raw, o, set.describe(index));
+        out[k].label = raw.label;
+        out[k].bytes_read = static_cast<int64_t>(raw.encoded ? raw.bytes.size() : raw.image.pixels.size());
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < std::min<int64_t>(workers, static_cast<int64_t>(out.size())); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 PackedSplit pack_split(const Dataset& set, const std::string& split, const std::string& prefix, const PackOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
   PackedSplit out;
   out.name = split;
   std::vector<int64_t> order(static_cast<size_t>(set.size()));
@@ -91,8 +133,9 @@ PackedSplit pack_split(const Dataset& set, const std::string& split, const std::
   std::mt19937_64 rng(o.seed);
   std::shuffle(order.begin(), order.end(), rng);
   const auto limit = static_cast<int64_t>(o.shard_size_mb * 1024 * 1024);
+  const int64_t workers = o.workers > 0 ? o.workers : std::max<int64_t>(1, std::thread::hardware_concurrency());
   std::unique_ptr<ShardFile> shard;
-  RawSample raw;
+  PackProgress progress{split, 0, set.size()};
   auto finish_shard = [&] {
     shard->close();
     shard.reset();
@@ -101,22 +144,39 @@ PackedSplit pack_split(const Dataset& set, const std::string& split, const std::
     out.bytes += static_cast<int64_t>(fs::file_size(path));
     if (o.progress) o.progress(split, out.shards.back(), out.samples, set.size());
   };
-  for (size_t i = 0; i < order.size(); ++i) {
-    set.read(order[i], raw);
-    const Encoded e = encode_sample(raw, o, set.describe(order[i]));
-    const std::string key = fmt::format("{:08d}", i);
-    const std::string label = std::to_string(raw.label);
-    const int64_t need = 4 * 512 + static_cast<int64_t>(e.bytes.size());
-    if (shard && out.lengths.back() > 0 && shard->writer().bytes() + need + 1024 > limit) finish_shard();
-    if (!shard) {
-      out.shards.push_back(fmt::format("{}-{:06d}.tar", prefix, out.shards.size()));
-      out.lengths.push_back(0);
-      shard = std::make_unique<ShardFile>(fs::path(o.to) / out.shards.back());
+  STOKER_CHECK(o.shards <= set.size(), "--shards {}: the {} split has only {} samples; ask for at most that many "
+               "shards", o.shards, split, set.size());
+  // Whether the open shard is complete before a sample that would make it `too_big`.
+  const auto shard_full = [&](const PackedSplit& p, bool too_big) {
+    if (o.shards <= 0) return p.lengths.back() > 0 && too_big;
+    const auto k = static_cast<int64_t>(p.lengths.size());  // shards so far, the open one included
+    const int64_t n = set.size(), per = n / o.shards, extra = n % o.shards;
+    return p.samples == k * per + std::min(k, extra);
+  };
+  std::vector<Packed> chunk;
+  for (size_t begin = 0; begin < order.size(); begin += chunk.size()) {
+    chunk.assign(std::min<size_t>(order.size() - begin, static_cast<size_t>(32 * workers)), Packed{});
+    encode_chunk(set, order, begin, o, workers, chunk);
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      const Encoded& e = chunk[k].encoded;
+      const std::string key = fmt::format("{:08d}", begin + k);
+      const int64_t need = 4 * 512 + static_cast<int64_t>(e.bytes.size());
+      if (shard && shard_full(out, shard->writer().bytes() + need + 1024 > limit)) finish_shard();
+      if (!shard) {
+        out.shards.push_back(fmt::format("{}-{:06d}.tar", prefix, out.shards.size()));
+        out.lengths.push_back(0);
+        shard = std::make_unique<ShardFile>(fs::path(o.to) / out.shards.back());
+      }
+      shard->writer().add(key + "." + e.ext, e.bytes.data(), e.bytes.size());
+      shard->writer().add(key + ".cls", std::to_string(chunk[k].label));
+      ++out.lengths.back();
+      ++out.samples;
+      progress.bytes_read += chunk[k].bytes_read;
+      progress.bytes_written += need;
     }
-    shard->writer().add(key + "." + e.ext, e.bytes.data(), e.bytes.size());
-    shard->writer().add(key + ".cls", label);
-    ++out.lengths.back();
-    ++out.samples;
+    progress.done = out.samples;
+    progress.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (o.advance) o.advance(progress);
   }
   if (shard) finish_shard();
   return out;
@@ -128,9 +188,26 @@ nlohmann::json split_info(const PackedSplit& s) {
 
 }  // namespace
 
+std::string format_pack_progress(const PackProgress& p) {
+  const double rate = p.seconds > 0 ? p.bytes_read / 1e6 / p.seconds : 0;
+  std::string eta = "?";
+  if (p.done > 0) {
+    const auto left = static_cast<int64_t>(p.seconds * static_cast<double>(p.total - p.done) / p.done + 0.5);
+    eta = left >= 3600 ? fmt::format("{}:{:02d}:{:02d}", left / 3600, left / 60 % 60, left % 60)
+                       : fmt::format("{}:{:02d}", left / 60, left % 60);
+  }
+  const double percent = p.total > 0 ? 100.0 * p.done / p.total : 100.0;
+  return fmt::format("{}: {} of {} samples ({:.0f}%), {:.1f} MB/s read, ETA {}", p.split, p.done, p.total,
+                     percent, rate, eta);
+}
+
 std::vector<PackedSplit> pack_dataset(const PackOptions& o) {
   STOKER_CHECK(o.shard_size_mb > 0, "--shard-size must be positive, not {}", o.shard_size_mb);
   STOKER_CHECK(o.quality >= 1 && o.quality <= 100, "--quality must be 1..100, not {}", o.quality);
+  STOKER_CHECK(o.shards >= 0, "--shards must be positive, not {}", o.shards);
+  STOKER_CHECK(o.workers >= 0, "--workers must be 0 (the hardware's threads) or more, not {}", o.workers);
+  // The parallelism is the workers: OpenCV's own threads would only compete with them.
+  if (o.workers != 1) cv::setNumThreads(0);
   const fs::path from = o.from;
   DatasetOptions d;
   d.root = o.from;

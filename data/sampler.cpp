@@ -2,6 +2,7 @@
 #include "data/sampler.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "common/error.h"
@@ -10,16 +11,40 @@
 namespace stoker::data {
 namespace {
 
-// A permutation of 0..n-1 that depends only on (seed, epoch): Fisher-Yates driven by mix_seed.
+// Fisher-Yates over v[0, n) driven by mix_seed from `state`.
+void shuffle_span(int64_t* v, int64_t n, uint64_t state) {
+  for (int64_t i = n - 1; i > 0; --i) {
+    state = mix_seed(state, static_cast<uint64_t>(i));
+    std::swap(v[i], v[static_cast<int64_t>(state % static_cast<uint64_t>(i + 1))]);
+  }
+}
+
+// A permutation of 0..n-1 that depends only on (seed, epoch).
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
   std::vector<int64_t> all(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) all[i] = i;
-  if (shuffle) {
-    uint64_t state = mix_seed(seed, 0x5348554646ull /* "SHUFF" */, static_cast<uint64_t>(epoch));
-    for (int64_t i = n - 1; i > 0; --i) {
-      state = mix_seed(state, static_cast<uint64_t>(i));
-      std::swap(all[i], all[static_cast<int64_t>(state % static_cast<uint64_t>(i + 1))]);
+  if (shuffle) shuffle_span(all.data(), n, mix_seed(seed, 0x5348554646ull /* "SHUFF" */, static_cast<uint64_t>(epoch)));
+  return all;
+}
+
+// The shard-locality order (SamplerOptions::shard_window): the shards shuffled, then the samples of
+// each run of `window` consecutive shards of that order shuffled among themselves.
+std::vector<int64_t> shard_window_order(const std::vector<int64_t>& ends, int64_t window, uint64_t seed,
+                                        int64_t epoch) {
+  const auto shards = static_cast<int64_t>(ends.size());
+  std::vector<int64_t> shard_order(ends.size());
+  for (int64_t k = 0; k < shards; ++k) shard_order[k] = k;
+  shuffle_span(shard_order.data(), shards, mix_seed(seed, 0x5348415244ull /* "SHARD" */, static_cast<uint64_t>(epoch)));
+  std::vector<int64_t> all;
+  all.reserve(static_cast<size_t>(ends.back()));
+  for (int64_t group = 0; group * window < shards; ++group) {
+    const size_t begin = all.size();
+    for (int64_t k = group * window; k < std::min(shards, (group + 1) * window); ++k) {
+      const int64_t s = shard_order[k];
+      for (int64_t i = s == 0 ? 0 : ends[s - 1]; i < ends[s]; ++i) all.push_back(i);
     }
+    const uint64_t state = mix_seed(seed, 0x57494e444f57ull /* "WINDOW" */, static_cast<uint64_t>(epoch));
+    shuffle_span(all.data() + begin, static_cast<int64_t>(all.size() - begin), mix_seed(state, static_cast<uint64_t>(group)));
   }
   return all;
 }
@@ -47,6 +72,17 @@ Sampler::Sampler(int64_t dataset_size, SamplerOptions options)
   STOKER_CHECK(o.repeats >= 1 && o.repeats <= dataset_size,
                "repeated augmentation needs 1 to {} repeats (the data set's size), got {}", dataset_size,
                o.repeats);
+  STOKER_CHECK(o.shard_window >= 0, "shard_window must be 0 (a global shuffle) or a number of shards, got {}",
+               o.shard_window);
+  if (o.shard_window > 0) {
+    STOKER_CHECK(!o.shard_ends.empty() && o.shard_ends.back() == dataset_size,
+                 "the shard-locality order needs the data set's shards: their ends ({}) must end at its {} samples",
+                 o.shard_ends.empty() ? std::string("none") : std::to_string(o.shard_ends.back()), dataset_size);
+    for (size_t k = 0; k < o.shard_ends.size(); ++k) {
+      STOKER_CHECK(o.shard_ends[k] > (k == 0 ? 0 : o.shard_ends[k - 1]), "shard {} ends at sample {}, not after the "
+                   "previous shard's end: shard ends must ascend", k, o.shard_ends[k]);
+    }
+  }
   STOKER_CHECK(o.step_batches >= 1, "step_batches must be at least 1, got {}", o.step_batches);
   STOKER_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size,
                "shard rank {} of {} is out of range; the rank must be in [0, world size)", o.rank,
@@ -86,7 +122,9 @@ int64_t global_batch_entry(int64_t i, int64_t n, const SamplerOptions& o) {
 
 std::shared_ptr<const EpochSamples> Sampler::epoch_samples(int64_t epoch) const {
   const SamplerOptions& o = options_;
-  std::vector<int64_t> all = epoch_order(dataset_size_, o.seed, epoch, o.shuffle);
+  std::vector<int64_t> all = o.shuffle && o.shard_window > 0
+                                 ? shard_window_order(o.shard_ends, o.shard_window, o.seed, epoch)
+                                 : epoch_order(dataset_size_, o.seed, epoch, o.shuffle);
   std::vector<int32_t> repeat;
   if (o.repeats > 1) repeat_order(all, repeat, o.repeats);
   auto out = std::make_shared<EpochSamples>();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace stoker::data {
@@ -44,6 +45,16 @@ struct SamplerOptions {
   // an epoch sees about dataset_size / repeats distinct samples. Sharding then cuts this order as it
   // cuts any other (global-batch slices for training), so it does not depend on the world size.
   int64_t repeats = 1;
+  // Shard-locality order, for shards on storage that dislikes random reads (WebDataset tars on a
+  // network file system or a disk): with shard_window = N > 0 and shuffle on, the epoch's order
+  // shuffles the shards (the runs of consecutive sample indices that end at shard_ends), takes them
+  // N at a time in that order, and shuffles the samples within each group of N shards. A stretch of
+  // the order within one group reads from at most N shards; one no longer than a group from at most 2 N.
+  // It is a pure function of (seed, epoch, shard_ends, N), sharded and cut into global batches as
+  // any order, so batches stay independent of the world size and the worker count. 0: one global
+  // shuffle. shard_ends: ascending, the last equal to the data set's size.
+  std::vector<int64_t> shard_ends;
+  int64_t shard_window = 0;
 
   SamplerOptions& set_batch_size(int64_t v) { batch_size = v; return *this; }
   SamplerOptions& set_shuffle(bool v) { shuffle = v; return *this; }
@@ -54,6 +65,11 @@ struct SamplerOptions {
   SamplerOptions& set_even_shards(bool v) { even_shards = v; return *this; }
   SamplerOptions& set_step_batches(int64_t v) { step_batches = v; return *this; }
   SamplerOptions& set_repeats(int64_t v) { repeats = v; return *this; }
+  SamplerOptions& set_shard_window(std::vector<int64_t> ends, int64_t window) {
+    shard_ends = std::move(ends);
+    shard_window = window;
+    return *this;
+  }
 };
 
 // Where a sampler stands: the epoch and the next batch it hands out.

@@ -28,10 +28,13 @@ void WebDatasetOptions::visit(OptionsVisitor& v) {
   v.field("json_label_field", json_label_field, rules::non_empty());
   v.field("index_cache", index_cache, rules::described("a folder path"));
   v.field("channels", channels, rules::number("1 or 3", 1, 3));
+  v.field("order", order, rules::one_of({"global", "shard_window"}));
+  v.field("shard_window", shard_window, rules::at_least(1));
 }
 
 void WebDatasetOptions::check() const {
   if (channels != 1 && channels != 3) STOKER_FAIL("channels must be 1 or 3, got {}", channels);
+  if (shard_window < 1) STOKER_FAIL("shard_window must be at least 1 shard, got {}", shard_window);
 }
 
 namespace {
@@ -196,6 +199,16 @@ void WebDataset::read(int64_t index, RawSample& out) const {
   out.opens = fds_[e.shard].load(std::memory_order_acquire) < 0 ? 1 : 0;  // the shard's first read opens it
   out.label = parse_label(e, s);
   pread_member(e.shard, s.members[e.image], out.bytes);
+}
+
+Dataset::ShardLayout WebDataset::shard_layout() const {
+  ShardLayout layout;
+  if (own_.order != "shard_window") return layout;
+  layout.window = own_.shard_window;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i + 1 == entries_.size() || entries_[i + 1].shard != entries_[i].shard) layout.ends.push_back(static_cast<int64_t>(i) + 1);
+  }
+  return layout;
 }
 
 std::string WebDataset::describe(int64_t index) const {

@@ -69,6 +69,10 @@ struct WebDatasetOptions : TypeOptionsOf<WebDatasetOptions> {
   std::string json_label_field = "label";         // the field of the json member with label: json
   std::string index_cache;                        // where indexes go when a shard's folder is read-only
   int64_t channels = 3;                           // the images decoded to 1 (gray) or 3 (RGB) channels
+  // The training order: global (one shuffle of all samples) or shard_window (the shards shuffled,
+  // then the samples within each group of shard_window shards; SamplerOptions::shard_window).
+  std::string order = "global";
+  int64_t shard_window = 4;
   void visit(OptionsVisitor& v) override;
   void check() const override;
 };
@@ -85,6 +89,7 @@ class WebDataset : public Dataset {
   void read(int64_t index, RawSample& out) const override;
   std::string describe(int64_t index) const override;
   const std::vector<std::string>& shards() const { return shards_; }
+  ShardLayout shard_layout() const override;
 
  private:
   struct Entry {

@@ -112,10 +112,10 @@ TEST(Sampler, EvenShardsGiveEveryRankTheSameBatches) {
 // The samples of each optimizer step over all ranks: step s is batches [s x steps, (s + 1) x steps)
 // of every rank.
 std::vector<std::multiset<int64_t>> global_steps(int64_t n, int64_t world, int64_t batch, int64_t steps,
-                                                 bool drop_last) {
+                                                 bool drop_last, const SamplerOptions& base = SamplerOptions()) {
   std::vector<std::multiset<int64_t>> out;
   for (int64_t rank = 0; rank < world; ++rank) {
-    Sampler s(n, SamplerOptions()
+    Sampler s(n, SamplerOptions(base)
                      .set_batch_size(batch)
                      .set_drop_last(drop_last)
                      .set_seed(5)
@@ -178,6 +178,107 @@ TEST(Sampler, DropLastEndsTheEpochAfterTheLastWholeStep) {
   EXPECT_EQ(s.num_batches(), 12);  // 12 batches of 8 make 4 steps of 24; the 13th would start a fifth
   Sampler kept(100, SamplerOptions().set_batch_size(8).set_step_batches(3).set_drop_last(false));
   EXPECT_EQ(kept.num_batches(), 13);
+}
+
+// ---- the shard-locality order (shard_window) ----------------------------------------------------------
+
+// Shards of uneven sizes (84 samples in 10 shards) and the shard each sample sits in.
+const std::vector<int64_t> kShardEnds = {7, 20, 25, 35, 44, 55, 58, 70, 78, 84};
+int64_t shard_of(int64_t sample) {
+  return std::upper_bound(kShardEnds.begin(), kShardEnds.end(), sample) - kShardEnds.begin();
+}
+SamplerOptions windowed(int64_t window) { return SamplerOptions().set_seed(11).set_shard_window(kShardEnds, window); }
+
+// Pinned by an independent Python transcription (splitmix64 Fisher-Yates over the shards, then over
+// the samples of each group): shards [0, 3), [3, 5), [5, 9), [9, 12), two to a group.
+TEST(SamplerShardWindow, TheOrderIsPinned) {
+  const auto order = [](uint64_t seed, int64_t epoch) {
+    return Sampler(12, SamplerOptions().set_batch_size(1).set_seed(seed).set_shard_window({3, 5, 9, 12}, 2))
+        .epoch_samples(epoch)->samples;
+  };
+  EXPECT_EQ(order(0, 0), (std::vector<int64_t>{2, 11, 10, 9, 0, 1, 7, 4, 6, 5, 3, 8}));
+  EXPECT_EQ(order(7, 1), (std::vector<int64_t>{10, 11, 5, 7, 6, 9, 8, 3, 0, 4, 2, 1}));
+  // Without shuffling (evaluation) the order is the samples' own.
+  Sampler plain(12, SamplerOptions().set_batch_size(1).set_shuffle(false).set_shard_window({3, 5, 9, 12}, 2));
+  EXPECT_EQ(plain.epoch_samples(3)->samples, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+// Each epoch's order is a permutation made of runs, one per group of `window` shards, that hold
+// every sample of their shards and no other; a stretch no longer than a group touches at most
+// 2 x window shards.
+TEST(SamplerShardWindow, APermutationWhoseGroupsReadAtMostWindowShards) {
+  for (int64_t window : {1, 3, 4}) {
+    std::set<std::vector<int64_t>> orders;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const auto order = Sampler(84, windowed(window).set_batch_size(1)).epoch_samples(epoch)->samples;
+      std::vector<int64_t> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      for (int64_t i = 0; i < 84; ++i) ASSERT_EQ(sorted[i], i) << "window " << window << " epoch " << epoch;
+      orders.insert(order);
+      // Walk the order: a group ends when every sample of the shards it opened has been seen.
+      std::vector<int64_t> groups;  // shards per group
+      std::set<int64_t> open;
+      int64_t left = 0, length = 0, shortest = 84;
+      for (int64_t id : order) {
+        const int64_t s = shard_of(id);
+        if (open.insert(s).second) left += kShardEnds[s] - (s == 0 ? 0 : kShardEnds[s - 1]);
+        ++length;
+        if (--left == 0) {
+          groups.push_back(static_cast<int64_t>(open.size()));
+          shortest = std::min(shortest, length);
+          open.clear();
+          length = 0;
+        }
+      }
+      const int64_t whole = 10 / window, rest = 10 % window;
+      ASSERT_EQ(static_cast<int64_t>(groups.size()), whole + (rest > 0 ? 1 : 0)) << "window " << window;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        EXPECT_EQ(groups[g], g < static_cast<size_t>(whole) ? window : rest) << "window " << window << " group " << g;
+      }
+      // A stretch no longer than the shortest group spans at most two groups.
+      for (size_t i = 0; i + shortest <= order.size(); ++i) {
+        std::set<int64_t> touched;
+        for (size_t j = i; j < i + shortest; ++j) touched.insert(shard_of(order[j]));
+        EXPECT_LE(static_cast<int64_t>(touched.size()), 2 * window) << "positions " << i << "..";
+      }
+    }
+    EXPECT_EQ(orders.size(), 3u) << "window " << window << ": the epochs' orders must differ";
+  }
+  // Within a group the samples are shuffled, not left in shard order.
+  const auto one = Sampler(84, windowed(1).set_batch_size(1)).epoch_samples(0)->samples;
+  EXPECT_FALSE(std::is_sorted(one.begin(), one.begin() + (kShardEnds[shard_of(one[0])] -
+                                                          (shard_of(one[0]) == 0 ? 0 : kShardEnds[shard_of(one[0]) - 1]))));
+}
+
+// The order is cut as any other: every optimizer step holds the same samples for any world size
+// and accumulation, repeated augmentation included, and a resumed epoch continues exactly.
+TEST(SamplerShardWindow, StepsAreTheSameWhateverTheWorldSizeAndResumeIsExact) {
+  for (int64_t repeats : {1, 3}) {
+    const SamplerOptions base = windowed(3).set_repeats(repeats);
+    const auto reference = global_steps(84, 1, 12, 1, true, base);
+    ASSERT_EQ(reference.size(), 7u);
+    EXPECT_NE(reference, global_steps(84, 1, 12, 1, true, SamplerOptions().set_seed(11).set_repeats(repeats)))
+        << "the shard-window order must differ from the global one";
+    EXPECT_EQ(global_steps(84, 2, 6, 1, true, base), reference) << "repeats " << repeats;
+    EXPECT_EQ(global_steps(84, 3, 2, 2, true, base), reference) << "repeats " << repeats;
+    EXPECT_EQ(global_steps(84, 1, 4, 3, true, base), reference) << "repeats " << repeats;
+  }
+  Sampler whole(84, windowed(3).set_batch_size(4));
+  const auto full = epoch_of(whole, 5);
+  Sampler resumed(84, windowed(3).set_batch_size(4));
+  EXPECT_EQ(epoch_of(resumed, 5, 7), std::vector<int64_t>(full.begin() + 28, full.end()));
+}
+
+TEST(SamplerShardWindow, RejectsShardsThatDoNotCoverTheDataSet) {
+  using stoker::testing::error_of;
+  EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(2).set_shard_window({4, 8}, 2)); }),
+                  "their ends (8) must end at its 10 samples");
+  EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(2).set_shard_window({}, 2)); }),
+                  "their ends (none)");
+  EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(2).set_shard_window({4, 4, 10}, 2)); }),
+                  "shard 1 ends at sample 4, not after the previous shard's end");
+  EXPECT_CONTAINS(error_of([] { Sampler(10, SamplerOptions().set_batch_size(2).set_shard_window({10}, -1)); }),
+                  "shard_window must be 0");
 }
 
 TEST(Sampler, RejectsBadOptions) {

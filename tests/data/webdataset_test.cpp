@@ -12,8 +12,11 @@
 #include <map>
 
 #include "common/error.h"
+#include "data/cache.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "data/pipeline.h"
+#include "data/transform_options.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -203,6 +206,43 @@ TEST(WebDatasetType, EachShardIsOpenedOnceAndItsImageBytesCounted) {
   EXPECT_EQ(t.read_bytes, bytes);
   EXPECT_EQ(bytes, 3 * static_cast<int64_t>(png_bytes(dir.path(), 11).size() + png_bytes(dir.path(), 22).size() +
                                             png_bytes(dir.path(), 33).size()));
+}
+
+// data.webdataset.order: shard_window hands the sampler the shards' ends (data.limit cuts them) and
+// the window; the loader's order is then the shard-locality order.
+TEST(WebDatasetType, ShardWindowOrderTakesTheShardsFromTheData) {
+  TempDir dir;
+  const std::string p = png_bytes(dir.path(), 5);
+  write_shard(dir / "s-0.tar", {{"a.png", p}, {"a.cls", "1"}, {"b.png", p}, {"b.cls", "2"}, {"c.png", p}, {"c.cls", "3"}});
+  write_shard(dir / "s-1.tar", {{"d.png", p}, {"d.cls", "1"}, {"e.png", p}, {"e.cls", "2"}});
+  write_shard(dir / "s-2.tar", {{"f.png", p}, {"f.cls", "1"}, {"g.png", p}, {"g.cls", "2"}, {"h.png", p}, {"h.cls", "3"},
+                                {"i.png", p}, {"i.cls", "4"}});
+  DatasetOptions o = webdataset_options((dir / "s-{0..2}.tar").string());
+  EXPECT_TRUE(create_dataset(o)->shard_layout().ends.empty()) << "order: global needs no shards";
+  o.own.as<WebDatasetOptions>().order = "shard_window";
+  o.own.as<WebDatasetOptions>().shard_window = 2;
+  auto set = create_dataset(o);
+  EXPECT_EQ(set->shard_layout().ends, (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_EQ(set->shard_layout().window, 2);
+  DatasetOptions limited = o;
+  limited.limit = 4;
+  EXPECT_EQ(create_dataset(limited)->shard_layout().ends, (std::vector<int64_t>{3, 4}));
+  // A memory cache of every sample keeps the order; one of a subset has no shards to keep.
+  EXPECT_EQ(CachedDataset(set, CacheOptions()).shard_layout().ends, (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_TRUE(CachedDataset(set, CacheOptions().set_max_samples(4)).shard_layout().ends.empty());
+  LoaderOptions l;
+  l.batch_size = 3;
+  l.seed = 4;
+  l.transforms = {make_transform("random_crop")};
+  l.transforms[0].as<RandomCropOptions>().size = 2;
+  l.mean = {0.5, 0.5, 0.5};
+  l.std = {0.5, 0.5, 0.5};
+  Loader loader(set, l);
+  const Sampler expected(9, SamplerOptions().set_batch_size(3).set_seed(4).set_shard_window({3, 5, 9}, 2));
+  EXPECT_EQ(loader.sampler().epoch_samples(1)->samples, expected.epoch_samples(1)->samples);
+  EXPECT_NE(loader.sampler().epoch_samples(1)->samples, Sampler(9, l.sampler()).epoch_samples(1)->samples);
+  o.own.as<WebDatasetOptions>().shard_window = 0;
+  EXPECT_CONTAINS(error_of([&] { o.own.options().check(); }), "shard_window");
 }
 
 TEST(WebDatasetType, ShardsComeFromInfoJsonWhenNotSet) {
