@@ -53,6 +53,8 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.loss.type(), "bce");
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 160);
   EXPECT_EQ(c.data.eval_transforms[1].as<data::CenterCropOptions>().size, 224);
+  ASSERT_EQ(c.data.train_transforms.size(), 3u);
+  EXPECT_EQ(c.data.train_transforms[2].as<data::RandAugmentOptions>().policy, "rand-m6-mstd0.5-inc1");
   EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.1);
   EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
   EXPECT_FALSE(c.data.random_erasing.enabled());
@@ -78,6 +80,8 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_GT(c.train.ema_decay, 0.0);
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 176);
   EXPECT_EQ(c.data.eval_transforms[0].as<data::ResizeOptions>().size, 232);
+  ASSERT_EQ(c.data.train_transforms.size(), 3u);
+  EXPECT_EQ(c.data.train_transforms[2].type(), "trivial_augment_wide");
 }
 
 TEST(PublishedRecipes, A3RunsOneEpoch) {
