@@ -21,6 +21,18 @@ constexpr double kPi = 3.14159265358979323846;
 
 uint8_t to_u8(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }
 
+// a * b + c rounded once to float, as a fused multiply-add: in double the product of two floats is
+// exact, and so is the sum wherever the exact result spans under 53 bits, which holds for every use
+// here (uint8-scale operands, factors of at least 2^-10); then the one rounding is to float. Inline
+// on any x86-64, where std::fma is a library call unless the build targets FMA.
+float fused(float a, float b, float c) { return float(double(a) * double(b) + double(c)); }
+
+// Round half to even for |v| < 2^22 (the default rounding mode), without a library call.
+float round_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return v >= 0 ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
+}
+
 std::vector<uint8_t>& scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buffer;
   if (buffer.size() < bytes) buffer.resize(bytes);
@@ -29,19 +41,20 @@ std::vector<uint8_t>& scratch(size_t bytes) {
 
 // Applies a 256-entry table to every channel value (`per_channel`: one table per channel).
 void apply_lut(PixelView im, const uint8_t* lut, bool per_channel) {
-  const int64_t c = im.channels, n = im.height * im.width;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t k = 0; k < c; ++k) {
-      uint8_t& v = im.data[i * c + k];
-      v = lut[(per_channel ? k * 256 : 0) + v];
-    }
+  const int64_t c = im.channels, n = im.size();
+  if (!per_channel || c == 1) {
+    for (int64_t i = 0; i < n; ++i) im.data[i] = lut[im.data[i]];
+    return;
+  }
+  for (int64_t i = 0; i < n; i += c) {
+    for (int64_t k = 0; k < c; ++k) im.data[i + k] = lut[k * 256 + im.data[i + k]];
   }
 }
 
 // torchvision's _rgb_to_grayscale_image (float32, fused adds), floored as its uint8 callers do.
 float gray_floor(const uint8_t* p) {
-  const float l = std::fma(0.114f, float(p[2]), std::fma(0.587f, float(p[1]), float(p[0]) * 0.2989f));
-  return std::floor(l);
+  const float l = fused(0.114f, float(p[2]), fused(0.587f, float(p[1]), float(p[0]) * 0.2989f));
+  return float(static_cast<int>(l));  // l >= 0: truncation is the floor
 }
 
 }  // namespace
@@ -67,19 +80,29 @@ void affine_nearest(PixelView im, double angle, double tx, double ty, double she
   const float r01 = float(m[3]) / hh, r11 = float(m[4]) / hh, r21 = float(m[5]) / hh;
   std::vector<uint8_t>& src = scratch(static_cast<size_t>(im.size()));
   std::memcpy(src.data(), im.data, static_cast<size_t>(im.size()));
+  // x * r00 and x * r01 for every column (the same products as per pixel, computed once).
+  thread_local std::vector<float> column_terms;
+  column_terms.resize(static_cast<size_t>(2 * w));
+  for (int64_t j = 0; j < w; ++j) {
+    const float x = float(j) - (float(w) - 1.0f) * 0.5f;
+    column_terms[size_t(2 * j)] = x * r00;
+    column_terms[size_t(2 * j + 1)] = x * r01;
+  }
+  const float limit = 4194304.0f;  // 2^22: beyond it a coordinate is far outside any image
   for (int64_t i = 0; i < h; ++i) {
     const float y = float(i) - (float(h) - 1.0f) * 0.5f;
-    for (int64_t j = 0; j < w; ++j) {
-      const float x = float(j) - (float(w) - 1.0f) * 0.5f;
-      const float gx = x * r00 + y * r10 + r20, gy = x * r01 + y * r11 + r21;
-      const float fx = std::nearbyint((gx + 1.0f) * hw - 0.5f);
-      const float fy = std::nearbyint((gy + 1.0f) * hh - 0.5f);
-      uint8_t* out = im.data + (i * w + j) * ch;
+    const float yx = y * r10, yy = y * r11;
+    uint8_t* out = im.data + i * w * ch;
+    for (int64_t j = 0; j < w; ++j, out += ch) {
+      const float gx = column_terms[size_t(2 * j)] + yx + r20, gy = column_terms[size_t(2 * j + 1)] + yy + r21;
+      const float ux = (gx + 1.0f) * hw - 0.5f, uy = (gy + 1.0f) * hh - 0.5f;
+      const float fx = std::abs(ux) < limit ? round_even(ux) : -1.0f;
+      const float fy = std::abs(uy) < limit ? round_even(uy) : -1.0f;
       if (fx >= 0 && fx < float(w) && fy >= 0 && fy < float(h)) {
-        std::memcpy(out, src.data() + (static_cast<int64_t>(fy) * w + static_cast<int64_t>(fx)) * ch,
-                    static_cast<size_t>(ch));
+        const uint8_t* from = src.data() + (static_cast<int64_t>(fy) * w + static_cast<int64_t>(fx)) * ch;
+        for (int64_t k = 0; k < ch; ++k) out[k] = from[k];
       } else {
-        std::memset(out, 0, static_cast<size_t>(ch));
+        for (int64_t k = 0; k < ch; ++k) out[k] = 0;
       }
     }
   }
@@ -98,7 +121,7 @@ void adjust_saturation(PixelView im, double factor) {
   for (int64_t i = 0; i < n; ++i) {
     uint8_t* p = im.data + i * 3;
     const float g = gray_floor(p);
-    for (int k = 0; k < 3; ++k) p[k] = to_u8(std::fma(alpha, g, float(p[k]) * r));
+    for (int k = 0; k < 3; ++k) p[k] = to_u8(fused(alpha, g, float(p[k]) * r));
   }
 }
 
@@ -111,7 +134,7 @@ void adjust_contrast(PixelView im, double factor) {
   const float mean = float(sum) / float(n);
   const float r = float(factor), alpha = float(1.0 - factor);
   std::array<uint8_t, 256> lut;
-  for (int v = 0; v < 256; ++v) lut[v] = to_u8(std::fma(alpha, mean, float(v) * r));
+  for (int v = 0; v < 256; ++v) lut[v] = to_u8(fused(alpha, mean, float(v) * r));
   apply_lut(im, lut.data(), false);
 }
 
@@ -121,19 +144,20 @@ void adjust_sharpness(PixelView im, double factor) {
   std::vector<uint8_t>& src = scratch(static_cast<size_t>(im.size()));
   std::memcpy(src.data(), im.data, static_cast<size_t>(im.size()));
   const float alpha = float(1.0 - factor);
+  const int64_t row = w * c;
   for (int64_t i = 1; i + 1 < h; ++i) {
-    for (int64_t j = 1; j + 1 < w; ++j) {
-      for (int64_t k = 0; k < c; ++k) {
-        // The 3x3 kernel of ones with 5 in the middle, over 13, rounded (never a tie: S/13 + 1/2 is
-        // not an integer).
-        int64_t s = 4 * src[(i * w + j) * c + k];
-        for (int64_t di = -1; di <= 1; ++di) {
-          for (int64_t dj = -1; dj <= 1; ++dj) s += src[((i + di) * w + j + dj) * c + k];
-        }
-        const float blur = float((2 * s + 13) / 26);
-        const float x = float(src[(i * w + j) * c + k]);
-        im.data[(i * w + j) * c + k] = to_u8(std::fma(alpha, blur - x, x));
-      }
+    const uint8_t* above = src.data() + (i - 1) * row;
+    const uint8_t* here = above + row;
+    const uint8_t* below = here + row;
+    uint8_t* out = im.data + i * row;
+    for (int64_t q = c; q < row - c; ++q) {  // every channel value of the inner columns
+      // The 3x3 kernel of ones with 5 in the middle, over 13, rounded (never a tie: S/13 + 1/2 is
+      // not an integer).
+      const int s = above[q - c] + above[q] + above[q + c] + here[q - c] + 5 * here[q] + here[q + c] +
+                    below[q - c] + below[q] + below[q + c];
+      const float blur = float((2 * s + 13) / 26);
+      const float x = float(here[q]);
+      out[q] = to_u8(fused(alpha, blur - x, x));
     }
   }
 }
