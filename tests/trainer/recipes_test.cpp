@@ -10,6 +10,7 @@
 #include "data/transform_options.h"
 #include "recipe/run.h"
 #include "test_config.h"
+#include "test_util.h"
 
 namespace stoker {
 namespace {
@@ -82,6 +83,18 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.data.eval_transforms[0].as<data::ResizeOptions>().size, 232);
   ASSERT_EQ(c.data.train_transforms.size(), 3u);
   EXPECT_EQ(c.data.train_transforms[2].type(), "trivial_augment_wide");
+}
+
+// A bad key or value of the pixel transforms names the key and what it takes.
+TEST(PublishedRecipes, PixelTransformErrorsNameTheKey) {
+  const std::string unknown = stoker::testing::error_of(
+      [] { load_config(recipe("imagenet_resnet50_tv2.yaml"), {"data.train_transforms[2].magnitude=3"}); });
+  EXPECT_CONTAINS(unknown, "magnitude");
+  EXPECT_CONTAINS(unknown, "num_magnitude_bins");  // what trivial_augment_wide takes
+  const std::string bad = stoker::testing::error_of(
+      [] { load_config(recipe("imagenet_resnet50_a3.yaml"), {"data.train_transforms[2].policy=rand-m11"}); });
+  EXPECT_CONTAINS(bad, "train_transforms[2]");
+  EXPECT_CONTAINS(bad, "m must be in [0, 10]");
 }
 
 TEST(PublishedRecipes, A3RunsOneEpoch) {
