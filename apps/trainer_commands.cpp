@@ -185,7 +185,7 @@ int bench_data(const Args& args) {
   std::printf("stage              us/sample (CPU time, summed over workers)\n");
   std::printf("  read             %10.1f\n", 1e6 * r.stages.read / n);
   std::printf("  decode           %10.1f\n", 1e6 * r.stages.decode / n);
-  std::printf("  transform        %10.1f   (crop/resize/flip, written into the batch slot)\n", 1e6 * r.stages.transform / n);
+  std::printf("  transform        %10.1f   (crop/resize/flip into the batch slot, then rand_augment etc.)\n", 1e6 * r.stages.transform / n);
   std::printf("  copy + convert   %10.1f   (to the device, uint8 -> normalised float; caller)\n", 1e6 * r.stages.copy / n);
   std::printf("  wait             %10.1f   (caller blocked waiting for workers)\n", 1e6 * r.stages.wait / n);
   std::printf("read               %10.1f   KB and %.2f file opens a sample (%.1f MB/s, %.0f opens/s)\n",

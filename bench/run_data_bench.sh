@@ -30,3 +30,14 @@ for n in 0 1 2; do
   "$trainer" bench-data --config bench/data_imagefolder.yaml --set "data.root=$root" \
     --set "data.workers=$n" --batches "$batches" --output uint8 | grep '^{' | tail -1 | tee -a "$out"
 done
+# RandAugment m9 n2 on uint8 in the workers (issue 22), with and without, next to torchvision v2's
+# RandAugment in a torch DataLoader on the same files, at RA_WORKERS workers, back to back.
+ra_workers="${RA_WORKERS:-2}"
+for ra in off on; do
+  cfg=bench/data_imagefolder.yaml; flag=()
+  [[ $ra == on ]] && cfg=bench/data_imagefolder_randaugment.yaml && flag=(--rand-augment 9 --rand-ops 2)
+  "$trainer" bench-data --config "$cfg" --set "data.root=$root" --set "data.workers=$ra_workers" \
+    --batches "$batches" --output uint8 | grep '^{' | tail -1 | sed "s/^{/{\"rand_augment\": \"$ra\", /" | tee -a "$out"
+  "$py" bench/torch_dataloader.py --root "$data" --workers "$ra_workers" --batch 64 --batches "$batches" "${flag[@]}" \
+    | tee -a "$out"
+done

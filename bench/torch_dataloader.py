@@ -11,7 +11,11 @@ first reads) are not timed. Prints one JSON line:
                  main process does all the work on one core)
   seconds        timed wall-clock seconds
 
-  torch_dataloader.py --root DIR --workers N [--batch 64] [--batches 30] [--warmup 3]
+With --rand-augment M (and --rand-ops N, default 2), torchvision.transforms.v2.RandAugment(num_ops=N,
+magnitude=M) runs after PILToTensor, on the uint8 tensor (Stoker's rand_augment does the same ops on
+uint8 in its workers).
+
+  torch_dataloader.py --root DIR --workers N [--batch 64] [--batches 30] [--warmup 3] [--rand-augment 9]
 """
 import argparse
 import json
@@ -30,12 +34,17 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batches", type=int, default=30, help="timed batches")
     ap.add_argument("--warmup", type=int, default=3, help="untimed batches first")
+    ap.add_argument("--rand-augment", type=int, default=None, metavar="M",
+                    help="append torchvision.transforms.v2.RandAugment at magnitude M")
+    ap.add_argument("--rand-ops", type=int, default=2, help="RandAugment's num_ops")
     a = ap.parse_args()
 
     torch.manual_seed(0)
-    tf = transforms.Compose([transforms.RandomResizedCrop(224),
-                             transforms.RandomHorizontalFlip(),
-                             transforms.PILToTensor()])
+    steps = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.PILToTensor()]
+    if a.rand_augment is not None:
+        from torchvision.transforms import v2
+        steps.append(v2.RandAugment(num_ops=a.rand_ops, magnitude=a.rand_augment))
+    tf = transforms.Compose(steps)
     ds = datasets.ImageFolder(a.root, transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
                                      num_workers=a.workers, persistent_workers=a.workers > 0)
@@ -56,7 +65,7 @@ def main():
     seconds = time.perf_counter() - start
 
     rate = samples / seconds
-    print(json.dumps({"loader": "torch", "workers": a.workers, "batch": a.batch, "samples": samples,
+    print(json.dumps({"loader": "torch", "workers": a.workers, "rand_augment": a.rand_augment, "batch": a.batch, "samples": samples,
                       "seconds": round(seconds, 3), "samples_per_s": round(rate, 1),
                       "per_core": round(rate / max(a.workers, 1), 1), "cpus": os.cpu_count(),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))

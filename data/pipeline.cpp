@@ -19,6 +19,9 @@ SamplePipeline::SamplePipeline(std::shared_ptr<Dataset> dataset, SamplePipelineO
   if (!options_.warn) options_.warn = [](const std::string& m) { spdlog::warn("{}", m); };
   channels_ = dataset_->channels();
   const TransformPipeline& t = options_.transforms;
+  STOKER_CHECK(!t.has_pixel_transforms() || channels_ == 1 || channels_ == 3,
+               "rand_augment and trivial_augment_wide work on 1- or 3-channel images; the data set has {}",
+               channels_);
   if (dataset_->height() > 0) {
     std::tie(out_height_, out_width_) = t.output_size(dataset_->height(), dataset_->width());
     STOKER_CHECK(out_height_ > 0 && out_width_ > 0, "the transforms produce an empty image");
@@ -41,6 +44,7 @@ void SamplePipeline::read(int64_t index, SampleWork& work) {
 void SamplePipeline::decode(uint64_t seed, SampleWork& work) {
   StageTimer<std::atomic<int64_t>> timer(decode_ns_, "decode");
   SampleRng rng(seed);
+  work.seed = seed;
   const RawSample& raw = work.raw;
   if (!raw.encoded) {
     const Image& im = raw.image;
@@ -72,6 +76,9 @@ void SamplePipeline::transform(const SampleWork& work, uint8_t* out) {
     apply_plan(work.pixels(), work.region, plan, out);
   } else {
     std::memset(out, 0, static_cast<size_t>(plan.out_height * plan.out_width * channels_));
+  }
+  if (options_.transforms.has_pixel_transforms()) {
+    options_.transforms.apply_pixels(PixelView{out, plan.out_height, plan.out_width, channels_}, work.seed);
   }
 }
 

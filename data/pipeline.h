@@ -5,7 +5,8 @@
 //   read       Dataset::read: the file's bytes, or already-decoded pixels (IDX, CIFAR, synthetic)
 //   decode     plan the transforms on the image size (from the header), then decode only the
 //              region the plan needs, at the smallest JPEG DCT scale that keeps the output size
-//   transform  apply the plan (crop, resize, flip) straight into the output buffer
+//   transform  apply the plan (crop, resize, flip) straight into the output buffer, then the pixel
+//              transforms (RandAugment, TrivialAugmentWide) on it in place
 //
 // and the bad-sample policy: an unreadable sample is either an error, or it is counted, named in a
 // warning and replaced by another sample chosen deterministically. The Loader runs it in its workers
@@ -52,6 +53,7 @@ struct SamplePipelineOptions {
 // their capacity and steady-state loading does not allocate.
 struct SampleWork {
   int64_t index = -1;
+  uint64_t seed = 0;  // decode's: the sample's seed, which the pixel transforms draw from too
   RawSample raw;     // read's output
   SamplePlan plan;   // decode's: what the transforms do to this sample
   Image decoded;     // decode's: the part of an encoded sample that the plan needs

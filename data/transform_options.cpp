@@ -1,6 +1,7 @@
 #include "data/transform_options.h"
 
 #include "common/error.h"
+#include "data/auto_augment.h"
 
 namespace stoker::data {
 
@@ -27,7 +28,43 @@ void RandomCropOptions::visit(OptionsVisitor& v) {
   v.field("padding", padding, rules::at_least(0));
 }
 
+void RandAugmentOptions::visit(OptionsVisitor& v) {
+  v.field("policy", policy, rules::described("a timm RandAugment string such as rand-m9-n2-mstd0.5"));
+  v.field("ops", ops, rules::at_least(0));
+  v.field("magnitude", magnitude, rules::non_negative());
+  v.field("magnitude_std", magnitude_std, rules::non_negative());
+  v.field("num_magnitude_bins", num_magnitude_bins, rules::at_least(2));
+  v.field("p", p, rules::unit_closed());
+}
+
+void RandAugmentOptions::check() const {
+  if (!policy.empty()) {
+    const RandAugmentOptions defaults;
+    if (ops != defaults.ops || magnitude != defaults.magnitude || magnitude_std != defaults.magnitude_std ||
+        p != defaults.p) {
+      STOKER_FAIL("give either 'policy' or 'ops', 'magnitude', 'magnitude_std' and 'p', not both");
+    }
+    parse_timm_rand_augment(policy, num_magnitude_bins);
+    return;
+  }
+  if (magnitude > double(num_magnitude_bins - 1)) {
+    STOKER_FAIL("'magnitude' is a bin in [0, num_magnitude_bins - 1] = [0, {}], got {}", num_magnitude_bins - 1,
+                magnitude);
+  }
+}
+
 namespace {
+
+RandAugmentSettings rand_augment_settings(const RandAugmentOptions& o) {
+  if (!o.policy.empty()) return parse_timm_rand_augment(o.policy, o.num_magnitude_bins);
+  RandAugmentSettings s;
+  s.ops = o.ops;
+  s.magnitude = o.magnitude;
+  s.magnitude_std = o.magnitude_std;
+  s.num_magnitude_bins = o.num_magnitude_bins;
+  s.p = o.p;
+  return s;
+}
 
 std::pair<double, double> low_high(const std::vector<double>& v) { return {v.at(0), v.at(1)}; }
 
@@ -55,6 +92,12 @@ Registry<TransformType>& transform_registry() {
            }));
     r->add("horizontal_flip", entry<HorizontalFlipOptions>([](const HorizontalFlipOptions& o) {
              return std::make_shared<HorizontalFlip>(o.p);
+           }));
+    r->add("rand_augment", entry<RandAugmentOptions>([](const RandAugmentOptions& o) {
+             return std::make_shared<RandAugment>(rand_augment_settings(o));
+           }));
+    r->add("trivial_augment_wide", entry<TrivialAugmentWideOptions>([](const TrivialAugmentWideOptions& o) {
+             return std::make_shared<TrivialAugmentWide>(o.num_magnitude_bins);
            }));
     return r;
   }();

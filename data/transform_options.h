@@ -5,6 +5,8 @@
 //   center_crop {size}
 //   random_crop {size, padding}    zero padding on each side, then a random size x size crop
 //   horizontal_flip {p}
+//   rand_augment {ops, magnitude, magnitude_std, num_magnitude_bins, p} or {policy: rand-m9-n2-mstd0.5}
+//   trivial_augment_wide {num_magnitude_bins}      (pixel transforms: data/auto_augment.h)
 // Each registry entry gives the type's options and builds its Transform (data/transforms.h) from
 // them; applications register their own the same way:
 //   transform_registry().add("my_blur", {options_of<MyBlurOptions>(), [](const TypedOptions& o) {
@@ -53,6 +55,21 @@ struct RandomCropOptions : SizedOptions<RandomCropOptions> {
 struct HorizontalFlipOptions : TypeOptionsOf<HorizontalFlipOptions> {
   double p = 0.5;
   void visit(OptionsVisitor& v) override { v.field("p", p, rules::unit_closed()); }
+};
+
+struct RandAugmentOptions : TypeOptionsOf<RandAugmentOptions> {
+  std::string policy;  // timm's form, e.g. "rand-m9-n2-mstd0.5"; sets ops, magnitude, magnitude_std, p
+  int64_t ops = 2;
+  double magnitude = 9;
+  double magnitude_std = 0;
+  int64_t num_magnitude_bins = 31;
+  double p = 1.0;
+  void visit(OptionsVisitor& v) override;
+  void check() const override;
+};
+struct TrivialAugmentWideOptions : TypeOptionsOf<TrivialAugmentWideOptions> {
+  int64_t num_magnitude_bins = 31;
+  void visit(OptionsVisitor& v) override { v.field("num_magnitude_bins", num_magnitude_bins, rules::at_least(2)); }
 };
 
 // Builds a transform from its (checked) options.

@@ -127,7 +127,24 @@ void HorizontalFlip::plan(PlanView& v, SampleRng* rng) const {
 
 TransformPipeline::TransformPipeline(std::vector<std::shared_ptr<const Transform>> transforms)
     : transforms_(std::move(transforms)) {
-  for (const auto& t : transforms_) STOKER_CHECK(t != nullptr, "a transform pipeline holds a null transform");
+  for (size_t i = 0; i < transforms_.size(); ++i) {
+    STOKER_CHECK(transforms_[i] != nullptr, "a transform pipeline holds a null transform");
+    const auto* pixel = dynamic_cast<const PixelTransform*>(transforms_[i].get());
+    if (pixel != nullptr) {
+      pixel_.emplace_back(i, pixel);
+    } else {
+      STOKER_CHECK(pixel_.empty(), "transforms[{}] is a geometric transform after the pixel transform "
+                   "transforms[{}]; pixel transforms (rand_augment, trivial_augment_wide) run on the planned "
+                   "output, so list them after every crop, resize and flip", i, pixel_.front().first);
+    }
+  }
+}
+
+void TransformPipeline::apply_pixels(PixelView image, uint64_t seed) const {
+  for (const auto& [index, t] : pixel_) {
+    SampleRng rng(mix_seed(seed, kPixelStream, static_cast<uint64_t>(index)));
+    t->apply(image, rng);
+  }
 }
 
 std::pair<int64_t, int64_t> TransformPipeline::output_size(int64_t height, int64_t width) const {

@@ -5,11 +5,17 @@
 //   CenterCrop {size}
 //   RandomCrop {size, padding}     zero padding on each side, then a random size x size crop
 //   HorizontalFlip {p}
+// and the pixel transforms RandAugment and TrivialAugmentWide (data/auto_augment.h).
 // A pipeline of transforms is first *planned* per sample from the image size alone (which part of
 // the source, what output size, flipped or not): each transform narrows or rescales a PlanView. A
 // JPEG decoder can then decode only that region, at a reduced DCT scale where it can; and the plan
 // is *applied* to the decoded pixels once, writing straight into the sample's slot of a batch
 // buffer. Randomness comes from a per-sample seed (data/random.h).
+//
+// Pixel transforms (PixelTransform: RandAugment, TrivialAugmentWide) change the pixels, not the
+// plan: they come after every geometric transform in the list, and run in their list order on the
+// planned output, in place (TransformPipeline::apply_pixels), each drawing from its own stream of
+// the sample's seed.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/augment_ops.h"
 #include "data/decode.h"
 #include "data/random.h"
 
@@ -49,6 +56,13 @@ class Transform {
   // Narrows, rescales or flips `view`. `rng` is null when only the output size is asked for:
   // random transforms then make their middle (or no) choice.
   virtual void plan(PlanView& view, SampleRng* rng) const = 0;
+};
+
+// A transform of the pixels of the planned output (uint8 HWC, in place); it leaves the plan alone.
+class PixelTransform : public Transform {
+ public:
+  void plan(PlanView&, SampleRng*) const final {}
+  virtual void apply(PixelView image, SampleRng& rng) const = 0;
 };
 
 class Resize : public Transform {
@@ -110,9 +124,16 @@ class TransformPipeline {
   bool fixed_output() const;
   SamplePlan plan(int64_t height, int64_t width, SampleRng& rng) const;
   size_t size() const { return transforms_.size(); }
+  bool has_pixel_transforms() const { return !pixel_.empty(); }
+  // Runs the pixel transforms, in order, on `image` (a planned output), transform i drawing from
+  // SampleRng(mix_seed(seed, kPixelStream, i)) where `seed` is the one plan() drew from.
+  void apply_pixels(PixelView image, uint64_t seed) const;
+
+  static constexpr uint64_t kPixelStream = 0x504958454cull;  // "PIXEL"
 
  private:
   std::vector<std::shared_ptr<const Transform>> transforms_;
+  std::vector<std::pair<size_t, const PixelTransform*>> pixel_;  // (position in the list, transform)
 };
 
 // Writes `plan` applied to the source into `out` (out_height x out_width x channels, HWC).

@@ -78,6 +78,7 @@ Tolerance tolerance_of(const std::string& name) {
   if (name == "schedule") return {1e-9, false};  // Schedule.EveryCurveEqualsTorchsSchedulers
   if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
   if (name == "lamb") return {1e-9, false};      // Lamb.MatchesTimmsGoldenValues
+  if (name == "augment") return {1e-7, false};   // AugmentOps.* (float32 magnitudes, exact bytes)
   return {1e-4, true};                           // ResNet.MatchesCheckedInTorchvisionLogits
 }
 
@@ -112,7 +113,8 @@ TEST_P(GoldenHeadersPython, CheckedInHeaderIsWhatItsGeneratorWrites) {
   std::string why;
   const fs::path python = testing::venv_python(&why);
   if (python.empty()) GTEST_SKIP() << why;
-  if (name == "resnet" && testing::shell("'" + python.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
+  const bool needs_torchvision = name == "resnet" || name == "augment";
+  if (needs_torchvision && testing::shell("'" + python.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "torchvision is not installed in " << python.string() << "; install it with `bash bench/setup.sh`";
   }
   if ((name == "timm" || name == "lamb") && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
@@ -160,7 +162,8 @@ TEST(GoldenHeaders, ComparisonAllowsRoundingButNotEdits) {
   EXPECT_EQ(compare_headers("{0.1, 0.2}", "{0.1, 0.200000001}", tolerance_of("optim")), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython, ::testing::Values("optim", "schedule", "resnet", "timm", "lamb"),
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython,
+                         ::testing::Values("optim", "schedule", "resnet", "timm", "lamb", "augment"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace

@@ -191,7 +191,8 @@ data:
 
   EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: rotate, degrees: 5}\n"),
             "recipe.yaml: data.train_transforms[0].type at line 3: expected a registered transform type "
-            "(center_crop, horizontal_flip, random_crop, random_resized_crop, resize), got \"rotate\"");
+            "(center_crop, horizontal_flip, rand_augment, random_crop, random_resized_crop, resize, "
+            "trivial_augment_wide), got \"rotate\"");
   EXPECT_EQ(error_of("data:\n  train_transforms:\n    - {type: center_crop, padding: 2, size: 8}\n"),
             "recipe.yaml: data.train_transforms[0].padding at line 3: transform type 'center_crop' "
             "has no key 'padding'; it takes: size, type");

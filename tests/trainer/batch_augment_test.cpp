@@ -1,11 +1,12 @@
-// Training with the batch operations on (data.mixup, data.random_erasing): the Trainer steps on soft
-// targets, and a run stopped mid-epoch and resumed from its checkpoint sees the same batches and
-// losses as one that ran straight through.
+// Training with the batch operations on (data.mixup, data.random_erasing) and RandAugment in the
+// workers: the Trainer steps on soft targets, and a run stopped mid-epoch and resumed from its
+// checkpoint sees the same batches and losses as one that ran straight through.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <map>
 
+#include "data/transform_options.h"
 #include "models/registry.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
@@ -28,6 +29,8 @@ class BatchAugmentTest : public ::testing::Test {
     c.data.mixup.mode = "elem";
     c.data.random_erasing.probability = 0.5;
     c.data.random_erasing.mode = "pixel";
+    c.data.train_transforms = {data::make_transform("rand_augment")};
+    c.data.train_transforms[0].as<data::RandAugmentOptions>().magnitude_std = 0.5;
     return c;
   }
   TempDir data_, runs_;
@@ -55,7 +58,7 @@ std::unique_ptr<Trainer> trainer_for(const Config& config, uint64_t init_seed) {
                       loaders.test, torch::kCPU);
 }
 
-TEST_F(BatchAugmentTest, ResumeMidEpochGivesTheSameLossesWithMixupAndErasing) {
+TEST_F(BatchAugmentTest, ResumeMidEpochGivesTheSameLossesWithMixupErasingAndRandAugment) {
   const Config c = config();
   auto straight = trainer_for(c, 1);
   auto all = std::make_shared<LossLog>();

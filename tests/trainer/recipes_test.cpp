@@ -10,6 +10,7 @@
 #include "data/transform_options.h"
 #include "recipe/run.h"
 #include "test_config.h"
+#include "test_util.h"
 
 namespace stoker {
 namespace {
@@ -53,6 +54,8 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.loss.type(), "bce");
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 160);
   EXPECT_EQ(c.data.eval_transforms[1].as<data::CenterCropOptions>().size, 224);
+  ASSERT_EQ(c.data.train_transforms.size(), 3u);
+  EXPECT_EQ(c.data.train_transforms[2].as<data::RandAugmentOptions>().policy, "rand-m6-mstd0.5-inc1");
   EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.1);
   EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
   EXPECT_FALSE(c.data.random_erasing.enabled());
@@ -78,6 +81,20 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_GT(c.train.ema_decay, 0.0);
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 176);
   EXPECT_EQ(c.data.eval_transforms[0].as<data::ResizeOptions>().size, 232);
+  ASSERT_EQ(c.data.train_transforms.size(), 3u);
+  EXPECT_EQ(c.data.train_transforms[2].type(), "trivial_augment_wide");
+}
+
+// A bad key or value of the pixel transforms names the key and what it takes.
+TEST(PublishedRecipes, PixelTransformErrorsNameTheKey) {
+  const std::string unknown = stoker::testing::error_of(
+      [] { load_config(recipe("imagenet_resnet50_tv2.yaml"), {"data.train_transforms[2].magnitude=3"}); });
+  EXPECT_CONTAINS(unknown, "magnitude");
+  EXPECT_CONTAINS(unknown, "num_magnitude_bins");  // what trivial_augment_wide takes
+  const std::string bad = stoker::testing::error_of(
+      [] { load_config(recipe("imagenet_resnet50_a3.yaml"), {"data.train_transforms[2].policy=rand-m11"}); });
+  EXPECT_CONTAINS(bad, "train_transforms[2]");
+  EXPECT_CONTAINS(bad, "m must be in [0, 10]");
 }
 
 TEST(PublishedRecipes, A3RunsOneEpoch) {
