@@ -42,7 +42,8 @@ TrainOutcome smoke_run(const char* name, const fs::path& data, const fs::path& r
                                               "schedule.warmup_epochs=0.5", "data.num_classes=2",
                                               "data.batch_size=4", "data.eval_batch_size=8", "data.workers=1",
                                               "data.train_transforms[0].size=32", "data.eval_transforms[0].size=34",
-                                              "data.eval_transforms[1].size=32", "train.log_every_steps=1"});
+                                              "data.eval_transforms[1].size=32", "data.eval_size=32",
+                                              "train.log_every_steps=1"});
   return run_training(request);
 }
 
@@ -53,6 +54,7 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.loss.type(), "bce");
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 160);
   EXPECT_EQ(c.data.eval_transforms[1].as<data::CenterCropOptions>().size, 224);
+  EXPECT_EQ(c.data.eval_size, 224);  // trains at 160, tests at 224
   EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.1);
   EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
   EXPECT_FALSE(c.data.random_erasing.enabled());
@@ -78,6 +80,7 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_GT(c.train.ema_decay, 0.0);
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 176);
   EXPECT_EQ(c.data.eval_transforms[0].as<data::ResizeOptions>().size, 232);
+  EXPECT_EQ(c.data.eval_size, 224);  // trains at 176, tests at 224
 }
 
 TEST(PublishedRecipes, A3RunsOneEpoch) {
