@@ -108,7 +108,8 @@ data:
   synthetic: {train_samples: 8, test_samples: 8, height: 8, width: 8, channels: 1}
 )";
   EXPECT_CONTAINS(testing::error_of([&] {
-                    parse_config(base + "  resolution_schedule: {start_size: 8, end_size: 16, end_epoch: 2}\n", "a.yaml");
+                    parse_config(base + "  resolution_schedule: {start_size: 8, end_size: 16, end_epoch: 2, step: 4}\n",
+                                 "a.yaml");
                   }),
                   "data.resolution_schedule sets the size of the training crops, but data.train_transforms has no");
   EXPECT_CONTAINS(testing::error_of([&] {
@@ -117,7 +118,8 @@ data:
                   "data.resolution_schedule has an end_size but no start_size");
   EXPECT_CONTAINS(testing::error_of([&] {
                     parse_config(base + "  train_transforms: [{type: random_crop, size: 8}]\n"
-                                        "  resolution_schedule: {start_size: 8, end_size: 16, start_epoch: 3, end_epoch: 2}\n",
+                                        "  resolution_schedule: {start_size: 8, end_size: 16, start_epoch: 3, "
+                                        "end_epoch: 2, step: 4}\n",
                                  "c.yaml");
                   }),
                   "data.resolution_schedule: start_epoch (3) must be at least 0 and end_epoch (2) at least start_epoch");
