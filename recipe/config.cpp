@@ -251,7 +251,8 @@ void check_resolution(const Config& c, const Fail& fail) {
   }
   if (c.data.eval_size > 0 && data::output_size_of(c.data.eval_transforms) == 0) {
     fail(fmt::format("data.eval_size ({}) sets the size of the evaluation crops, but data.eval_transforms has no "
-                     "center_crop or resize; add them, e.g. [{{type: resize, size: {}}}, {{type: center_crop, size: {}}}]",
+                     "center_crop or resize; add them, e.g. [{{type: resize, size: {}}}, {{type: center_crop, "
+                     "size: {}}}]",
                      c.data.eval_size, c.data.eval_size * 8 / 7, c.data.eval_size));
   }
 }

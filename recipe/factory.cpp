@@ -272,8 +272,8 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   if (setup.train_source != setup.loaders.train) setup.loaders.train.reset();
   // Batch operations (mixup, cutmix, erasing) on the device, after whatever hands out the batches.
   setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels),
-                               augment_training(resolved, setup.train_source, distributed.rank()), setup.loaders.test,
-                               setup.device, distributed.group);
+                               augment_training(resolved, setup.train_source, distributed.rank()),
+                               setup.loaders.test, setup.device, distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).
   apply_global_precision(resolved.train.precision);

@@ -103,8 +103,8 @@ std::vector<std::string> describe_training_augment(const Config& config) {
   std::vector<std::string> lines;
   const data::ResolutionSchedule& r = config.data.resolution_schedule;
   if (r.enabled()) {
-    lines.push_back(fmt::format("data.resolution_schedule: training crops of {} to {} pixels, linear from epoch {} to {} "
-                                "(counted from 0) in multiples of {}: {}",
+    lines.push_back(fmt::format("data.resolution_schedule: training crops of {} to {} pixels, linear from epoch {} "
+                                "to {} (counted from 0) in multiples of {}: {}",
                                 r.start_size, r.end_size, r.start_epoch, r.end_epoch, r.step,
                                 r.describe(config.train.epochs)));
   }

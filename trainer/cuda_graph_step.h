@@ -10,10 +10,10 @@
 // with fewer samples (an epoch's short last batch) is stepped eagerly (run() returns nothing); one
 // whose samples have another shape (a new size from data.resolution_schedule, which changes only
 // between epochs, so each size holds for an epoch or more) replaces the graph: the old one and its
-// memory pool go, and the step is warmed up and captured again at the new shape (graph_shape_action). A capture that fails
-// (a host synchronisation in the step, an op that cannot be captured) ends the stream capture,
-// gives the graph's memory pool back to the caching allocators and disables the graph for good,
-// with a warning saying why; the caller steps eagerly from then on.
+// memory pool go, and the step is warmed up and captured again at the new shape (graph_shape_action).
+// A capture that fails (a host synchronisation in the step, an op that cannot be captured) ends the
+// stream capture, gives the graph's memory pool back to the caching allocators and disables the
+// graph for good, with a warning saying why; the caller steps eagerly from then on.
 //
 // Replays are asynchronous: the host queues the next replay as soon as the batch is copied in, so it
 // may run ahead of the GPU by as many steps as the caller lets it. The Trainer bounds that at the

@@ -122,7 +122,8 @@ data:
                                         "end_epoch: 2, step: 4}\n",
                                  "c.yaml");
                   }),
-                  "data.resolution_schedule: start_epoch (3) must be at least 0 and end_epoch (2) at least start_epoch");
+                  "data.resolution_schedule: start_epoch (3) must be at least 0 and end_epoch (2) at least "
+                  "start_epoch");
   EXPECT_CONTAINS(testing::error_of([&] { parse_config(base + "  eval_size: 8\n", "d.yaml"); }),
                   "data.eval_size (8) sets the size of the evaluation crops, but data.eval_transforms has no");
 }
