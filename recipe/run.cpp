@@ -272,7 +272,11 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Co
   std::shared_ptr<CheckpointCallback> checkpoints;
   if (!run_dir.empty()) {
     const Efficiency efficiency = measure_efficiency(config, shape, device);
-    add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    const std::shared_ptr<MetricsLogger> metrics =
+        add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    if (auto by_epoch = training_flops_by_epoch(config, shape.channels)) {
+      metrics->set_flops_at_epoch(std::move(by_epoch));
+    }
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
   }

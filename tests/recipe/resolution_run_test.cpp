@@ -8,7 +8,9 @@
 #include <map>
 #include <string>
 
+#include "models/flops.h"
 #include "recipe/factory.h"
+#include "recipe/run_logging.h"
 #include "test_config.h"
 
 namespace stoker {
@@ -99,6 +101,22 @@ TEST(ResolutionRun, ResumedMidEpochAfterAChangeItTrainsExactlyAsTheUninterrupted
 
   // Two workers build the same batches.
   EXPECT_EQ(train(resizing_recipe(2)).losses, whole.losses);
+}
+
+// The metrics' FLOPs per sample follow the epoch's size: the model's count at 8, 12 and 16 pixels.
+TEST(ResolutionRun, TrainingFlopsPerSampleAreCountedAtEachEpochsSize) {
+  const Config config = resizing_recipe(0);
+  const std::function<double(int64_t)> by_epoch = training_flops_by_epoch(config, 3);
+  ASSERT_TRUE(by_epoch);
+  torch::nn::AnyModule model = make_model(config, 3);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    const int64_t size = 8 + 4 * epoch;
+    EXPECT_EQ(by_epoch(epoch), 3 * models::count_forward_flops(model, {3, size, size}).flops()) << "epoch " << epoch;
+  }
+  EXPECT_GT(by_epoch(2), 3.5 * by_epoch(0));  // (16 / 8)^2 = 4 for the convolutions
+  Config fixed = config;
+  fixed.data.resolution_schedule = {};
+  EXPECT_FALSE(training_flops_by_epoch(fixed, 3));
 }
 
 TEST(ResolutionRun, BadSizeKeysNameTheKeyAndSayWhatToDo) {
