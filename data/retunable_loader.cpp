@@ -1,6 +1,8 @@
 #include "data/retunable_loader.h"
 
 #include "common/error.h"
+#include "common/log.h"
+#include "data/resolution.h"
 
 namespace stoker::data {
 namespace {
@@ -27,6 +29,17 @@ RetunableLoader::RetunableLoader(std::shared_ptr<Dataset> dataset, std::shared_p
 }
 
 void RetunableLoader::start_epoch(int64_t epoch, int64_t first_batch) {
+  if (size_at_) {
+    const int64_t size = size_at_(epoch);
+    if (size != size_) {
+      LoaderOptions options = loader_->options();
+      options.transforms = with_output_size(base_transforms_, size, "data.train_transforms");
+      replace(std::move(options));
+      logger().info("data.resolution_schedule: epoch {} trains at {}x{}", epoch + 1, loader_->out_height(),
+                    loader_->out_width());
+      size_ = size;
+    }
+  }
   loader_->start_epoch(epoch, first_batch);
   epoch_ = epoch;
   next_batch_ = first_batch;
@@ -53,11 +66,23 @@ void RetunableLoader::set_workers(int64_t workers, int64_t prefetch_factor) {
   LoaderOptions options = now;
   options.workers = workers;
   options.prefetch_factor = prefetch_factor;
+  replace(std::move(options));
+  if (epoch_ >= 0) loader_->start_epoch(epoch_, next_batch_);
+}
+
+void RetunableLoader::set_resolution(std::function<int64_t(int64_t epoch)> size_at,
+                                     std::vector<TypedOptions> transforms) {
+  STOKER_CHECK(size_at != nullptr, "set_resolution needs a schedule");
+  size_at_ = std::move(size_at);
+  base_transforms_ = std::move(transforms);
+  size_ = output_size_of(loader_->options().transforms);  // the next start_epoch changes it when the epoch needs
+}
+
+void RetunableLoader::replace(LoaderOptions options) {
   add(carried_, loader_->take_times());
   loader_->retire();  // its workers stop and its buffers go before the new ones, whoever else holds it
   loader_.reset();
   loader_ = std::make_shared<Loader>(dataset_, std::move(options));
-  if (epoch_ >= 0) loader_->start_epoch(epoch_, next_batch_);
 }
 
 }  // namespace stoker::data

@@ -14,6 +14,16 @@ DatasetOptions dataset_options(const DataSettings& s, const std::string& split, 
   return o;
 }
 
+std::vector<TypedOptions> train_transforms_at(const DataSettings& s, int64_t epoch) {
+  if (!s.resolution_schedule.enabled()) return s.train_transforms;
+  return with_output_size(s.train_transforms, s.resolution_schedule.size_at(epoch), "data.train_transforms");
+}
+
+std::vector<TypedOptions> eval_transforms_of(const DataSettings& s) {
+  if (s.eval_size == 0) return s.eval_transforms;
+  return with_output_size(s.eval_transforms, s.eval_size, "data.eval_transforms");
+}
+
 LoaderOptions loader_options(const DataSettings& s, const std::string& split, const LoaderContext& context) {
   const bool train = split == "train";
   LoaderOptions l;
@@ -36,7 +46,7 @@ LoaderOptions loader_options(const DataSettings& s, const std::string& split, co
   l.skip_bad_samples = train && s.on_bad_sample == BadSamples::kSkip;
   l.exclude_bad_samples = !train && s.on_bad_sample == BadSamples::kSkip;
   l.max_image_pixels = s.max_image_pixels;
-  l.transforms = train ? s.train_transforms : s.eval_transforms;
+  l.transforms = train ? train_transforms_at(s, context.epoch) : eval_transforms_of(s);
   l.mean = s.mean;
   l.std = s.std;
   l.seed = context.seed;

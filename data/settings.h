@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "data/mixup.h"
 #include "data/random_erasing.h"
+#include "data/resolution.h"
 
 namespace stoker::data {
 
@@ -82,6 +83,11 @@ struct DataSettings {
   // Registered transform types with their own keys (data/transform_options.h).
   std::vector<TypedOptions> train_transforms;
   std::vector<TypedOptions> eval_transforms;
+  // Progressive resizing: the training transforms' output size per epoch (data/resolution.h); off
+  // by default (the sizes train_transforms give).
+  ResolutionSchedule resolution_schedule;
+  // The evaluation transforms' output size (with_output_size); 0: the size eval_transforms give.
+  int64_t eval_size = 0;
   std::vector<double> mean{0.0};  // per channel, on the 0..1 scale; applied on the device
   std::vector<double> std{1.0};
   int64_t train_limit = 0;  // use only the first N training samples (0 = all)
@@ -107,12 +113,21 @@ struct LoaderContext {
   int64_t rank = 0, world_size = 1;
   // Batches per optimizer step (gradient accumulation): a training epoch ends after its last whole step.
   int64_t step_batches = 1;
+  // The training epoch whose size (data.resolution_schedule) the training loader is built at.
+  int64_t epoch = 0;
   std::function<void(const std::string&)> warn;
 };
 
 // The options of the `split` ("train" or "test") data set the settings describe.
 DatasetOptions dataset_options(const DataSettings& settings, const std::string& split, uint64_t seed);
-// The options of the `split` loader: batch size, order and transforms of that split.
+// The transforms of the training loader in `epoch`: train_transforms, made to end at the
+// resolution_schedule's size for the epoch when there is one.
+std::vector<TypedOptions> train_transforms_at(const DataSettings& settings, int64_t epoch);
+// The transforms of evaluation (and prediction, export): eval_transforms, made to end at eval_size
+// when it is set.
+std::vector<TypedOptions> eval_transforms_of(const DataSettings& settings);
+// The options of the `split` loader: batch size, order and transforms of that split (the training
+// transforms at context.epoch's size: train_transforms_at; evaluation's: eval_transforms_of).
 LoaderOptions loader_options(const DataSettings& settings, const std::string& split, const LoaderContext& context);
 
 }  // namespace stoker::data

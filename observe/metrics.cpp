@@ -168,7 +168,12 @@ void MetricsLogger::check_starved(const StepRecord& r) {
 
 void MetricsLogger::on_fit_start(Trainer& trainer) { start(trainer.state().step); }
 
-void MetricsLogger::on_epoch_start(Trainer&, int64_t) { reset_window(); }
+void MetricsLogger::on_epoch_start(Trainer&, int64_t epoch) {
+  if (options_.flops_at_epoch && options_.train_flops_per_sample > 0) {
+    options_.train_flops_per_sample = options_.flops_at_epoch(epoch);
+  }
+  reset_window();
+}
 
 void MetricsLogger::on_train_step_end(Trainer& trainer, const StepInfo& s) {
   StepReadings readings;

@@ -79,6 +79,9 @@ struct MetricsOptions {
   int64_t log_every_steps = 50;       // a record every N optimizer steps and at each epoch's end
   double train_flops_per_sample = 0;  // > 0: tflops (observe/efficiency.h)
   double peak_flops = 0;              // > 0 with the above: mfu
+  // When set: each epoch's training FLOPs per sample, in place of train_flops_per_sample from the
+  // epoch's start on (the input size changes by epoch with data.resolution_schedule).
+  std::function<double(int64_t epoch)> flops_at_epoch;
   // When set: the GPU telemetry for the logged step (the sampler's mean since the last one).
   std::function<std::optional<GpuSample>()> telemetry;
 
@@ -88,6 +91,7 @@ struct MetricsOptions {
     peak_flops = peak;
     return *this;
   }
+  MetricsOptions& set_flops_at_epoch(std::function<double(int64_t)> v) { flops_at_epoch = std::move(v); return *this; }
   MetricsOptions& set_telemetry(std::function<std::optional<GpuSample>()> v) { telemetry = std::move(v); return *this; }
 };
 
@@ -103,6 +107,8 @@ class MetricsLogger : public Callback {
  public:
   explicit MetricsLogger(MetricsOptions options);
   void add_sink(std::shared_ptr<MetricsSink> sink);
+  // MetricsOptions::flops_at_epoch, after construction (the run counts them once the model is known).
+  void set_flops_at_epoch(std::function<double(int64_t epoch)> f) { options_.flops_at_epoch = std::move(f); }
 
   void on_fit_start(Trainer& trainer) override;
   void on_epoch_start(Trainer& trainer, int64_t epoch) override;

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
+#include "data/resolution.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
@@ -90,6 +91,15 @@ void visit_autotune_watch(data::AutotuneWatch& w, V& v) {
 }
 
 template <typename V>
+void visit_resolution(data::ResolutionSchedule& r, V& v) {
+  v.field("start_size", r.start_size, at_least(0));
+  v.field("end_size", r.end_size, at_least(0));
+  v.field("start_epoch", r.start_epoch, at_least(0));
+  v.field("end_epoch", r.end_epoch, at_least(0));
+  v.field("step", r.step, at_least(1));
+}
+
+template <typename V>
 void visit_data(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
@@ -114,6 +124,8 @@ void visit_data(Config& c, V& v) {
   choice(v, "on_bad_sample", c.data.on_bad_sample, {{"skip", data::BadSamples::kSkip}, {"error", data::BadSamples::kError}});
   v.typed_list("train_transforms", c.data.train_transforms, transforms);
   v.typed_list("eval_transforms", c.data.eval_transforms, transforms);
+  v.field("eval_size", c.data.eval_size, at_least(0));
+  v.section("resolution_schedule", [&] { visit_resolution(c.data.resolution_schedule, v); });
   v.field("mean", c.data.mean, items(any_number(), 1));
   v.field("std", c.data.std, items(positive(), 1));
   v.field("train_limit", c.data.train_limit, at_least(0));
@@ -232,6 +244,31 @@ void visit_config(Config& c, V& v) {
 // Each throws stoker::Error with the message `fail` is given (prefixed with the file).
 using Fail = std::function<void(const std::string&)>;
 
+// data.resolution_schedule and data.eval_size: well formed, with transforms whose size they can set.
+void check_resolution(const Config& c, const Fail& fail) {
+  const data::ResolutionSchedule& r = c.data.resolution_schedule;
+  if (!r.enabled() && r.end_size > 0) {
+    fail("data.resolution_schedule has an end_size but no start_size; give both (or neither)");
+  }
+  try {
+    r.check();
+  } catch (const Error& e) {
+    fail(fmt::format("data.resolution_schedule: {}", e.what()));
+  }
+  if (r.enabled() && data::output_size_of(c.data.train_transforms) == 0) {
+    fail(fmt::format("data.resolution_schedule sets the size of the training crops, but data.train_transforms has "
+                     "no random_resized_crop, random_crop, center_crop or resize; add one, e.g. {{type: "
+                     "random_resized_crop, size: {}}}",
+                     r.start_size));
+  }
+  if (c.data.eval_size > 0 && data::output_size_of(c.data.eval_transforms) == 0) {
+    fail(fmt::format("data.eval_size ({}) sets the size of the evaluation crops, but data.eval_transforms has no "
+                     "center_crop or resize; add them, e.g. [{{type: resize, size: {}}}, {{type: center_crop, "
+                     "size: {}}}]",
+                     c.data.eval_size, c.data.eval_size * 8 / 7, c.data.eval_size));
+  }
+}
+
 void check_data_and_model(const Config& c, const Fail& fail) {
   if (c.data.mean.size() != c.data.std.size()) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
@@ -249,6 +286,7 @@ void check_data_and_model(const Config& c, const Fail& fail) {
                      "the two neither starts nor ends a streak",
                      w.fed_wait, w.starved_wait));
   }
+  check_resolution(c, fail);
   if (c.data.shard_rank >= c.data.shard_count) {
     fail(fmt::format("data.shard_rank ({}) must be below data.shard_count ({})", c.data.shard_rank,
                      c.data.shard_count));

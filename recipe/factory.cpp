@@ -220,13 +220,21 @@ bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train,
 }
 
 namespace {
-// The source of the training batches: the loader, or with data.autotune: continuous a RetunableLoader
-// around it, whose workers `continuous` (set here) changes between steps.
+// The source of the training batches: the loader, or a RetunableLoader around it with
+// data.resolution_schedule (whose size it changes between epochs) or data.autotune: continuous
+// (whose workers `continuous`, set here, changes between steps).
 std::shared_ptr<data::BatchSource> training_source(const Config& resolved, const TrainingSetup& setup,
                                                    const std::shared_ptr<data::Dataset>& train_set,
                                                    std::shared_ptr<ContinuousWorkers>& continuous) {
-  if (resolved.data.autotune != "continuous") return setup.loaders.train;
+  const data::ResolutionSchedule& schedule = resolved.data.resolution_schedule;
+  const bool retune = resolved.data.autotune == "continuous";
+  if (!retune && !schedule.enabled()) return setup.loaders.train;
   auto retunable = std::make_shared<data::RetunableLoader>(train_set, setup.loaders.train);
+  if (schedule.enabled()) {
+    retunable->set_resolution([schedule](int64_t epoch) { return schedule.size_at(epoch); },
+                              resolved.data.train_transforms);
+  }
+  if (!retune) return retunable;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   const ContinuousPolicy policy = ContinuousPolicy::from(resolved.data.autotune_continuous, cores);
   continuous = std::make_shared<ContinuousWorkers>(retunable, policy, resolved.train.log_every_steps,
@@ -257,15 +265,18 @@ TrainingSetup make_training(const Config& config, const Distributed& distributed
   const std::shared_ptr<data::Dataset> train_set = train;
   setup.loaders = make_loaders(resolved, setup.device, std::move(train), {distributed.rank(), distributed.world_size()});
   std::shared_ptr<ContinuousWorkers> continuous;
-  const std::shared_ptr<data::BatchSource> train_source = training_source(resolved, setup, train_set, continuous);
+  setup.train_source = training_source(resolved, setup, train_set, continuous);
+  // A RetunableLoader replaces the loader when the size changes: it alone holds it, so that the old
+  // loader's workers and buffers go then.
+  if (setup.train_source != setup.loaders.train) setup.loaders.train.reset();
   // Batch operations (mixup, cutmix, erasing) on the device, after whatever hands out the batches.
   setup.trainer = make_trainer(resolved, make_model(resolved, setup.loaders.in_channels),
-                               augment_training(resolved, train_source, distributed.rank()), setup.loaders.test,
-                               setup.device, distributed.group);
+                               augment_training(resolved, setup.train_source, distributed.rank()),
+                               setup.loaders.test, setup.device, distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 (the Trainer itself sets nothing process-wide).
   apply_global_precision(resolved.train.precision);
-  apply_cudnn_benchmark(resolved, *setup.loaders.train, setup.device);
+  apply_cudnn_benchmark(resolved, *setup.train_source, setup.device);
   return setup;
 }
 

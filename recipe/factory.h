@@ -73,6 +73,8 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
 
 // Turns cuDNN's autotuner on when train.cudnn_benchmark is set, `device` is CUDA and every batch
 // of `train` has the same shape (a fixed-output pipeline); off otherwise. Returns whether it is on.
+// With data.resolution_schedule the shape is fixed within an epoch: cuDNN benchmarks each new size
+// once, in the first steps at it.
 bool apply_cudnn_benchmark(const Config& config, const data::BatchSource& train, torch::Device device);
 
 // Everything a config describes: the device (run.device), threads, the seed, both loaders, the model
@@ -84,6 +86,10 @@ struct TrainingSetup {
   PrecisionDecision precision;  // how train.precision was decided (the run logs it with its first lines)
   torch::Device device = torch::kCPU;
   Loaders loaders;
+  // What hands out the training batches (before data.mixup and data.random_erasing): loaders.train,
+  // or a data::RetunableLoader around it (data.resolution_schedule, data.autotune: continuous), which
+  // then holds the loader alone (loaders.train is null).
+  std::shared_ptr<data::BatchSource> train_source;
   std::unique_ptr<Trainer> trainer;
 };
 TrainingSetup make_training(const Config& config);

@@ -33,6 +33,17 @@ std::shared_ptr<data::Dataset> cached(const Config& config, std::shared_ptr<data
                 static_cast<double>(cache->bytes()) / 1e6, cache->fill_seconds());
   return cache;
 }
+// A list of transforms in short: "resize 256, center_crop 224".
+std::string describe_transforms(const std::vector<TypedOptions>& transforms) {
+  std::string out;
+  for (const TypedOptions& t : transforms) {
+    if (!out.empty()) out += ", ";
+    out += t.type();
+    const int64_t size = data::output_size_of({t});
+    if (size > 0) out += fmt::format(" {}", size);
+  }
+  return out;
+}
 }  // namespace
 
 std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
@@ -90,6 +101,17 @@ std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::s
 
 std::vector<std::string> describe_training_augment(const Config& config) {
   std::vector<std::string> lines;
+  const data::ResolutionSchedule& r = config.data.resolution_schedule;
+  if (r.enabled()) {
+    lines.push_back(fmt::format("data.resolution_schedule: training crops of {} to {} pixels, linear from epoch {} "
+                                "to {} (counted from 0) in multiples of {}: {}",
+                                r.start_size, r.end_size, r.start_epoch, r.end_epoch, r.step,
+                                r.describe(config.train.epochs)));
+  }
+  if (config.data.eval_size > 0) {
+    lines.push_back(fmt::format("data.eval_size: evaluation crops of {} pixels (data.eval_transforms as {})",
+                                config.data.eval_size, describe_transforms(data::eval_transforms_of(config.data))));
+  }
   if (config.data.random_erasing.enabled()) {
     lines.push_back(fmt::format("data.random_erasing: {}, on the device after normalisation",
                                 config.data.random_erasing.describe()));
@@ -119,12 +141,16 @@ Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr
   Loaders loaders;
   loaders.train = make_loader(config, std::move(train), device, "train", false, ranks);
   loaders.test = make_loader(config, make_dataset(config, "test"), device, "test", false, ranks);
-  STOKER_CHECK(loaders.train->out_height() == loaders.test->out_height() &&
-                   loaders.train->out_width() == loaders.test->out_width(),
+  // Training and evaluation at sizes of their own is asked for with data.eval_size or
+  // data.resolution_schedule; otherwise two sizes are a mistake in the transforms.
+  const bool own_sizes = config.data.eval_size > 0 || config.data.resolution_schedule.enabled();
+  STOKER_CHECK(own_sizes || (loaders.train->out_height() == loaders.test->out_height() &&
+                             loaders.train->out_width() == loaders.test->out_width()),
                "training batches are {}x{} but evaluation batches are {}x{}; make data.train_transforms "
-               "and data.eval_transforms end at the same size",
+               "and data.eval_transforms end at the same size, or set data.eval_size to evaluate at a size of its own",
                loaders.train->out_height(), loaders.train->out_width(), loaders.test->out_height(),
                loaders.test->out_width());
+  loaders.pinned = loaders.train->pinned();
   loaders.in_channels = loaders.train->channels();
   return loaders;
 }

@@ -36,8 +36,11 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device de
                                           const std::string& split, bool output_uint8 = false);
 // The training and test loaders of the configured data set.
 struct Loaders {
+  // The training loader at the first epoch's size. make_training drops it (null) once a
+  // RetunableLoader around it hands out the training batches (TrainingSetup::train_source).
   std::shared_ptr<data::Loader> train, test;
   int64_t in_channels = 1;
+  bool pinned = false;  // the training loader's batch buffers are pinned
 };
 Loaders make_loaders(const Config& config, torch::Device device);
 // The same with the training split already made (make_dataset), each loader this rank's share.
@@ -48,7 +51,9 @@ Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr
 // this process's `rank`.
 std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::shared_ptr<data::BatchSource> train,
                                                     int64_t rank = 0);
-// What those operations do to the training batches and metrics, one line each, for the run's log.
+// What those operations do to the training batches and metrics, and the sizes of the training and
+// evaluation crops when data.resolution_schedule or data.eval_size sets them, one line each, for the
+// run's log.
 std::vector<std::string> describe_training_augment(const Config& config);
 // The shape the training loader's batches will have (channels, height, width; height and width 0
 // when the transforms do not end at one size), without building the loader.

@@ -62,6 +62,7 @@ fs::path run_dir_of(const fs::path& checkpoint) {
 void log_run_start(const Config& config, const TrainingSetup& setup, const fs::path& run_dir) {
   Trainer& trainer = *setup.trainer;
   const Loaders& loaders = setup.loaders;
+  const data::BatchSource& train = *setup.train_source;
   const torch::Device device = setup.device;
   const int64_t world_size = setup.world_size;
   const fs::path& outcome_run_dir = run_dir;
@@ -75,11 +76,11 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
   setup.precision.log();  // names the hardware itself
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
                 "epochs; {} loader worker(s){}",
-                loaders.train->num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
-                loaders.train->out_height(), loaders.train->out_width(), loaders.train->channels(),
+                train.num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
+                train.out_height(), train.out_width(), train.channels(),
                 config.data.dataset.type() == "synthetic" ? std::string("generated samples") : config.data.root,
                 trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
-                loaders.train->pinned() ? ", pinned batch buffers, device prefetch" : "");
+                loaders.pinned ? ", pinned batch buffers, device prefetch" : "");
   if (config.optimizer.lr_reference_batch > 0) {
     logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}",
                   effective_lr(config, world_size), config.optimizer.lr, global_batch_size(config, world_size),
@@ -271,7 +272,11 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Co
   std::shared_ptr<CheckpointCallback> checkpoints;
   if (!run_dir.empty()) {
     const Efficiency efficiency = measure_efficiency(config, shape, device);
-    add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    const std::shared_ptr<MetricsLogger> metrics =
+        add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    if (auto by_epoch = training_flops_by_epoch(config, shape.channels)) {
+      metrics->set_flops_at_epoch(std::move(by_epoch));
+    }
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
   }
@@ -333,7 +338,7 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   log_run_start(config, setup, outcome.run_dir);
   const std::shared_ptr<CheckpointCallback> checkpoints =
       add_run_callbacks(trainer, config, writes ? outcome.run_dir : fs::path(), request.live_progress,
-                        setup.loaders.train->shape(), setup.device);
+                        setup.train_source->shape(), setup.device);
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further "

@@ -1,5 +1,7 @@
 #include "recipe/run_logging.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "common/log.h"
@@ -19,6 +21,23 @@ Efficiency measure_efficiency(const Config& config, const data::InputShape& shap
   const KeepRng keep_rng;  // building the copy draws random numbers
   torch::nn::AnyModule model = make_model(config, shape.channels);
   return measure_efficiency(model, shape, device, config.train.precision);
+}
+
+std::function<double(int64_t)> training_flops_by_epoch(const Config& config, int64_t channels) {
+  const data::ResolutionSchedule& schedule = config.data.resolution_schedule;
+  if (!config.logging.flops || !schedule.enabled()) return {};
+  const KeepRng keep_rng;
+  torch::nn::AnyModule model = make_model(config, channels);
+  std::map<int64_t, double> by_size;
+  for (int64_t epoch = 0; epoch < config.train.epochs; ++epoch) {
+    const int64_t size = schedule.size_at(epoch);
+    if (by_size.count(size) > 0) continue;
+    by_size[size] = 3 * models::count_forward_flops(model, {channels, size, size}).flops();
+  }
+  return [schedule, by_size](int64_t epoch) {
+    const auto found = by_size.find(schedule.size_at(epoch));
+    return found == by_size.end() ? 0.0 : found->second;
+  };
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include <torch/types.h>
@@ -19,6 +20,10 @@ namespace stoker {
 // The configured model's FLOPs per sample of `shape` and the device's peak at the run's precision;
 // zeros with logging.flops off. Leaves the random generators as they were.
 Efficiency measure_efficiency(const Config& config, const data::InputShape& shape, torch::Device device);
+
+// With data.resolution_schedule (and logging.flops): the training FLOPs per sample of each epoch,
+// the model's counted once at each size the schedule reaches in train.epochs; else empty.
+std::function<double(int64_t epoch)> training_flops_by_epoch(const Config& config, int64_t channels);
 
 // The run's MetricsLogger: metrics.jsonl and the console always, TensorBoard with
 // logging.tensorboard (<run_dir>/tb/), MLflow with logging.mlflow.tracking_uri, GPU telemetry with

@@ -127,9 +127,9 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
   // the transforms need) -> data.eval_transforms -> normalise on the device.
   std::vector<std::string> files;
   for (const fs::path& path : r.images) files.push_back(path.string());
-  data::SamplePipeline pipeline(
-      std::make_shared<data::ImageFilesDataset>(files, channels),
-      data::SamplePipelineOptions().set_transforms(data::make_transform_pipeline(config.data.eval_transforms)));
+  const data::TransformPipeline transforms = data::make_transform_pipeline(data::eval_transforms_of(config.data));
+  data::SamplePipeline pipeline(std::make_shared<data::ImageFilesDataset>(files, channels),
+                                data::SamplePipelineOptions().set_transforms(transforms));
   const data::Normalizer normalize(channels, data::NormalizeOptions().set_mean(config.data.mean).set_std(config.data.std));
   data::SampleWork work;
   std::vector<ImagePrediction> out;
@@ -158,8 +158,8 @@ std::pair<int64_t, int64_t> recipe_input_size(const Config& config) {
                 "data: {}\nmake the data available (data.root, or --set data.root=...), or export --format state_dict",
                 e.what());
   }
-  const data::SamplePipeline pipeline(
-      dataset, data::SamplePipelineOptions().set_transforms(data::make_transform_pipeline(config.data.eval_transforms)));
+  const data::TransformPipeline transforms = data::make_transform_pipeline(data::eval_transforms_of(config.data));
+  const data::SamplePipeline pipeline(dataset, data::SamplePipelineOptions().set_transforms(transforms));
   STOKER_CHECK(pipeline.fixed_output(),
                "export --format torchscript needs a fixed input size, and the test images vary in size with no "
                "fixed-size crop in data.eval_transforms; add one (e.g. a center_crop) or export --format state_dict");

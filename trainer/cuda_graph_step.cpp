@@ -23,6 +23,13 @@ namespace stoker {
 #ifdef STOKER_WITH_CUDA
 namespace {
 
+// "256x3x192x192"
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::string out;
+  for (const int64_t d : sizes) out += (out.empty() ? "" : "x") + std::to_string(d);
+  return out;
+}
+
 // at::cuda::CUDAGraph with a look at its capture state, for cleaning up after a failed capture: its
 // destructor gives the memory pool back only when the capture ended, and its pool() refuses to name
 // the pool before then, so the pool and the device it was made on are read from the members.
@@ -109,7 +116,19 @@ struct CudaGraphStep::State {
 
   void capture(const torch::Tensor& in, const torch::Tensor& tgt);
   void undo_failed_capture(bool began);
+  void drop_graph();
 };
+
+// Lets go of a captured graph (a new input shape): once the device has finished its replays, the
+// graph and its memory pool go, and the next calls warm up and capture again.
+void CudaGraphStep::State::drop_graph() {
+  c10::cuda::device_synchronize();
+  if (hooks.before_release) hooks.before_release();
+  graph.reset();
+  input = target = loss = torch::Tensor();
+  warmup_done = 0;
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 // Captures the step on static copies of the batch. The capture records the work without doing it,
 // so the caller replays the graph once afterwards to train on this batch.
@@ -161,7 +180,17 @@ CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction step, Hooks hook
 std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, const torch::Tensor& target) {
   State& s = *state_;
   if (s.disabled) return std::nullopt;
-  if (s.graph && !input.sizes().equals(s.input.sizes())) return std::nullopt;  // another shape: eager
+  if (s.graph) {
+    switch (graph_shape_action(s.input.sizes(), input.sizes())) {
+      case GraphShapeAction::kReplay: break;
+      case GraphShapeAction::kEager: return std::nullopt;
+      case GraphShapeAction::kRecapture:
+        logger().info("train.cuda_graph: the inputs are now {} (captured at {}); capturing the step again",
+                      shape_text(input.sizes()), shape_text(s.input.sizes()));
+        s.drop_graph();
+        break;
+    }
+  }
   const at::cuda::CUDAStream ambient = at::cuda::getCurrentCUDAStream(s.device.index());
   if (!s.side) s.side = at::cuda::getStreamFromPool(false, s.device.index());
   if (!s.graph && s.warmup_done < s.warmup) {
@@ -232,5 +261,11 @@ void CudaGraphStep::disable(const std::string& why) {
 #endif
 
 CudaGraphStep::~CudaGraphStep() = default;
+
+GraphShapeAction graph_shape_action(c10::IntArrayRef captured, c10::IntArrayRef batch) {
+  if (captured.equals(batch)) return GraphShapeAction::kReplay;
+  if (captured.size() != batch.size() || captured.empty()) return GraphShapeAction::kRecapture;
+  return captured.slice(1).equals(batch.slice(1)) ? GraphShapeAction::kEager : GraphShapeAction::kRecapture;
+}
 
 }  // namespace stoker

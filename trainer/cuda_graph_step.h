@@ -6,11 +6,14 @@
 // After `warmup` eager calls on a side stream (cuDNN/cuBLAS pick algorithms and workspaces,
 // autograd and the optimizer create their state), one call is captured with static input and target
 // buffers; every later call copies the batch into those buffers (a device-to-device copy) and
-// replays the graph: one launch instead of hundreds. A batch of another shape (an epoch's short last
-// batch) is not replayed: run() returns nothing and the caller steps eagerly. A capture that fails
-// (a host synchronisation in the step, an op that cannot be captured) ends the stream capture,
-// gives the graph's memory pool back to the caching allocators and disables the graph for good,
-// with a warning saying why; the caller steps eagerly from then on.
+// replays the graph: one launch instead of hundreds. A batch of another shape is not replayed: one
+// with fewer samples (an epoch's short last batch) is stepped eagerly (run() returns nothing); one
+// whose samples have another shape (a new size from data.resolution_schedule, which changes only
+// between epochs, so each size holds for an epoch or more) replaces the graph: the old one and its
+// memory pool go, and the step is warmed up and captured again at the new shape (graph_shape_action).
+// A capture that fails (a host synchronisation in the step, an op that cannot be captured) ends the
+// stream capture, gives the graph's memory pool back to the caching allocators and disables the
+// graph for good, with a warning saying why; the caller steps eagerly from then on.
 //
 // Replays are asynchronous: the host queues the next replay as soon as the batch is copied in, so it
 // may run ahead of the GPU by as many steps as the caller lets it. The Trainer bounds that at the
@@ -24,9 +27,16 @@
 #include <optional>
 #include <string>
 
+#include <c10/util/ArrayRef.h>
 #include <torch/types.h>
 
 namespace stoker {
+
+// What run() does with a batch of shape `batch` when a graph was captured at `captured`: replay it
+// (the same shape), step eagerly (only the number of samples differs: a short batch, once an epoch),
+// or capture again (a sample's shape differs: the run trains at a new size from now on).
+enum class GraphShapeAction { kReplay, kEager, kRecapture };
+GraphShapeAction graph_shape_action(c10::IntArrayRef captured, c10::IntArrayRef batch);
 
 class CudaGraphStep {
  public:
@@ -35,6 +45,9 @@ class CudaGraphStep {
   struct Hooks {
     std::function<void()> before_capture;  // e.g. drop the gradients so backward allocates them in the pool
     std::function<void()> after_failure;   // e.g. forget the loss scaler's half-done step
+    // The graph is let go of (a batch of a new sample shape): e.g. drop the gradients, which hold the
+    // last replay's and live in the graph's pool, so that the warm-up steps start from none.
+    std::function<void()> before_release;
   };
 
   CudaGraphStep(torch::Device device, StepFunction step, Hooks hooks, int warmup = 3);

@@ -123,6 +123,9 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       scaler_->abandon_step();
       optimizer_->zero_grad(/*set_to_none=*/true);
     };
+    // A new input size (data.resolution_schedule) is captured again: the old graph's static gradients
+    // hold its last replay's and would be added to by the first warm-up step.
+    hooks.before_release = [this] { optimizer_->zero_grad(/*set_to_none=*/true); };
     graph_ = std::make_unique<CudaGraphStep>(
         options_.device,
         [this](const torch::Tensor& input, const torch::Tensor& target) {

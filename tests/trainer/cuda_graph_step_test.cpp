@@ -28,7 +28,44 @@ TEST(CudaGraphStep, OnTheCpuItIsDisabledAndNeverRunsTheStep) {
   EXPECT_EQ(calls, 0);
 }
 
+// The decision on a batch of another shape: fewer samples (a short last batch) are stepped eagerly;
+// samples of another shape (a new size from data.resolution_schedule) are captured again.
+TEST(CudaGraphStep, ShapeDecisionReplaysStepsShortBatchesEagerlyAndRecapturesANewSize) {
+  EXPECT_EQ(graph_shape_action({256, 3, 160, 160}, {256, 3, 160, 160}), GraphShapeAction::kReplay);
+  EXPECT_EQ(graph_shape_action({256, 3, 160, 160}, {100, 3, 160, 160}), GraphShapeAction::kEager);
+  EXPECT_EQ(graph_shape_action({256, 3, 160, 160}, {256, 3, 192, 192}), GraphShapeAction::kRecapture);
+  EXPECT_EQ(graph_shape_action({256, 3, 160, 160}, {100, 3, 192, 192}), GraphShapeAction::kRecapture);
+  EXPECT_EQ(graph_shape_action({256, 160, 160, 3}, {256, 160, 176, 3}), GraphShapeAction::kRecapture);
+  EXPECT_EQ(graph_shape_action({4}, {5}), GraphShapeAction::kEager);
+  EXPECT_EQ(graph_shape_action({4, 3}, {4, 3, 1}), GraphShapeAction::kRecapture);
+}
+
 #ifdef STOKER_WITH_CUDA
+
+// After a capture at one sample shape, batches of another (a new training size) warm up and capture
+// the step again, and are replayed from then on; a short batch of the new size is left to the caller.
+TEST(CudaGraphStep, ANewSampleShapeIsCapturedAgain) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  const auto f32 = torch::TensorOptions().device(gpu);
+  int calls = 0;
+  CudaGraphStep graph(gpu, [&](const torch::Tensor& x, const torch::Tensor&) {
+    ++calls;
+    return x.sum();
+  }, {}, /*warmup=*/1);
+  const torch::Tensor t = torch::zeros({2}, f32.dtype(torch::kLong));
+  for (int64_t width : {3, 5}) {
+    for (int i = 0; i < 3; ++i) {
+      const torch::Tensor x = torch::full({2, width}, static_cast<double>(i + 1), f32);
+      const std::optional<torch::Tensor> loss = graph.run(x, t);
+      ASSERT_TRUE(loss.has_value()) << "width " << width << ", call " << i;
+      EXPECT_FLOAT_EQ(loss->item<float>(), static_cast<float>(2 * width * (i + 1))) << "width " << width;
+    }
+    EXPECT_TRUE(graph.active());
+  }
+  EXPECT_EQ(calls, 4);  // a warm-up and a capture at each width
+  EXPECT_FALSE(graph.run(torch::ones({1, 5}, f32), torch::zeros({1}, f32.dtype(torch::kLong))).has_value());
+}
 
 // One warm-up call runs the step eagerly, the next is captured (the step function runs once more,
 // recording) and replayed, every later call only replays: the step's effects follow each batch. A

@@ -43,7 +43,8 @@ TrainOutcome smoke_run(const char* name, const fs::path& data, const fs::path& r
                                               "schedule.warmup_epochs=0.5", "data.num_classes=2",
                                               "data.batch_size=4", "data.eval_batch_size=8", "data.workers=1",
                                               "data.train_transforms[0].size=32", "data.eval_transforms[0].size=34",
-                                              "data.eval_transforms[1].size=32", "train.log_every_steps=1"});
+                                              "data.eval_transforms[1].size=32", "data.eval_size=32",
+                                              "train.log_every_steps=1"});
   return run_training(request);
 }
 
@@ -56,6 +57,7 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.data.eval_transforms[1].as<data::CenterCropOptions>().size, 224);
   ASSERT_EQ(c.data.train_transforms.size(), 3u);
   EXPECT_EQ(c.data.train_transforms[2].as<data::RandAugmentOptions>().policy, "rand-m6-mstd0.5-inc1");
+  EXPECT_EQ(c.data.eval_size, 224);  // trains at 160, tests at 224
   EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.1);
   EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
   EXPECT_FALSE(c.data.random_erasing.enabled());
@@ -83,6 +85,7 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_EQ(c.data.eval_transforms[0].as<data::ResizeOptions>().size, 232);
   ASSERT_EQ(c.data.train_transforms.size(), 3u);
   EXPECT_EQ(c.data.train_transforms[2].type(), "trivial_augment_wide");
+  EXPECT_EQ(c.data.eval_size, 224);  // trains at 176, tests at 224
 }
 
 // A bad key or value of the pixel transforms names the key and what it takes.
