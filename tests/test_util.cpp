@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include "run_command.h"
 
 #include <torch/cuda.h>
 
@@ -7,6 +8,7 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -135,6 +137,18 @@ const char* trainer_bin() { return from_env("STOKER_TRAINER_BIN", kBuiltTrainerB
 int shell(const std::string& command) {
   const int status = std::system(command.c_str());
   return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+}
+
+CommandResult run_command(const std::string& line) {
+  const std::string command = line + " 2>&1";
+  CommandResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 std::string cuda_missing(bool kernels) {

@@ -23,6 +23,7 @@
 #include "data/tar.h"
 #include "data/webdataset.h"
 #include "recipe/distributed_procs.h"
+#include "run_command.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -30,21 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using stoker::testing::TempDir;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& line) {
-  Result r;
-  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = stoker::testing::CommandResult;
+Result run(const std::string& line) { return stoker::testing::run_command(line); }
 
 // `count` PNG samples of 3 classes (a class is a colour, with noise), `per_shard` to a shard, as
 // `<prefix>-<k>.tar` in `dir`; sample keys are "<prefix>/<n>".

@@ -20,6 +20,7 @@
 #include "models/registry.h"
 #include "recipe/config.h"
 #include "recipe/distributed_procs.h"
+#include "run_command.h"
 #include "test_util.h"
 #include "trainer/checkpoint.h"
 
@@ -28,21 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using stoker::testing::TempDir;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& line) {
-  Result r;
-  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = stoker::testing::CommandResult;
+Result run(const std::string& line) { return stoker::testing::run_command(line); }
 
 std::string trainer(const std::string& args) { return std::string(stoker::testing::trainer_bin()) + " " + args; }
 

@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "data/dataset.h"
+#include "run_command.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -26,23 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using stoker::testing::TempDir;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// A shell command line, its stdout and stderr together.
-Result run_command(const std::string& line) {
-  const std::string command = line + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = stoker::testing::CommandResult;
+using stoker::testing::run_command;
 
 Result run_trainer(const std::string& args) { return run_command(std::string(stoker::testing::trainer_bin()) + " " + args); }
 
