@@ -70,6 +70,32 @@ EvalResult sum_over_ranks(distributed::DataParallel& dp, const EvalResult& mine)
   return all;
 }
 
+// train.cuda_graph: the step captured once and replayed, with the hooks the optimizer and the loss
+// scaler need; disabled (saying why) when the configuration cannot be captured.
+std::unique_ptr<CudaGraphStep> make_graph_step(const TrainerOptions& options, torch::optim::Optimizer& optimizer,
+                                               GradScaler& scaler, bool data_parallel,
+                                               CudaGraphStep::StepFunction step) {
+  CudaGraphStep::Hooks hooks;
+  // Backward then allocates the gradients in the graph's pool, as static tensors of the graph; and
+  // every parameter's optimizer state exists before the capture (made inside it, it would be a
+  // node of the graph, re-zeroed at every replay).
+  hooks.before_capture = [&optimizer] {
+    if (auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer)) amp->create_state();
+    optimizer.zero_grad(/*set_to_none=*/true);
+  };
+  hooks.after_failure = [&optimizer, &scaler] {
+    scaler.abandon_step();
+    optimizer.zero_grad(/*set_to_none=*/true);
+  };
+  // A new input size (data.resolution_schedule) is captured again: the old graph's static gradients
+  // hold its last replay's and would be added to by the first warm-up step.
+  hooks.before_release = [&optimizer] { optimizer.zero_grad(/*set_to_none=*/true); };
+  auto graph = std::make_unique<CudaGraphStep>(options.device, std::move(step), std::move(hooks));
+  const std::string obstacle = graph_obstacle(options, optimizer, data_parallel);
+  if (!obstacle.empty()) graph->disable(obstacle);
+  return graph;
+}
+
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------------------------
@@ -111,29 +137,10 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
     if (p.requires_grad()) params_.push_back(p);
   }
   if (options_.cuda_graph) {
-    CudaGraphStep::Hooks hooks;
-    // Backward then allocates the gradients in the graph's pool, as static tensors of the graph; and
-    // every parameter's optimizer state exists before the capture (made inside it, it would be a
-    // node of the graph, re-zeroed at every replay).
-    hooks.before_capture = [this] {
-      if (auto* amp = dynamic_cast<AmpStepOptimizer*>(optimizer_.get())) amp->create_state();
-      optimizer_->zero_grad(/*set_to_none=*/true);
-    };
-    hooks.after_failure = [this] {
-      scaler_->abandon_step();
-      optimizer_->zero_grad(/*set_to_none=*/true);
-    };
-    // A new input size (data.resolution_schedule) is captured again: the old graph's static gradients
-    // hold its last replay's and would be added to by the first warm-up step.
-    hooks.before_release = [this] { optimizer_->zero_grad(/*set_to_none=*/true); };
-    graph_ = std::make_unique<CudaGraphStep>(
-        options_.device,
-        [this](const torch::Tensor& input, const torch::Tensor& target) {
-          return step_function(input, target, 1, /*update=*/true);
-        },
-        std::move(hooks));
-    const std::string obstacle = graph_obstacle(options_, *optimizer_, data_parallel_ != nullptr);
-    if (!obstacle.empty()) graph_->disable(obstacle);
+    graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
+                             [this](const torch::Tensor& input, const torch::Tensor& target) {
+                               return step_function(input, target, 1, /*update=*/true);
+                             });
   }
 }
 
