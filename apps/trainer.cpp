@@ -20,6 +20,7 @@
 #include "apps/trainer_commands.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/callbacks.h"
 
 namespace {
 
@@ -419,6 +420,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "trainer: %s\nRun '%s' for usage.\n", e.what(), e.help.c_str());
     return 2;
+  } catch (const stoker::StopRequested& e) {
+    std::fprintf(stderr, "stopped: %s\n", e.what());
+    return 130;  // as a shell reports a program ended by SIGINT
   } catch (const stoker::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     // The failed check's source location is for bug reports: the run's log file (debug level) has

@@ -23,6 +23,7 @@
 #include "doctor/step_bench.h"
 #include "observe/report.h"
 #include "recipe/config.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "recipe/tasks.h"

@@ -97,18 +97,30 @@ torch::Tensor box_of(const torch::Tensor& x, const CutBox& b) {
 
 }  // namespace
 
+void MixupSettings::visit(OptionsVisitor& v) {
+  using namespace rules;
+  v.field("mixup_alpha", mixup_alpha, non_negative());
+  v.field("cutmix_alpha", cutmix_alpha, non_negative());
+  v.field("cutmix_minmax", cutmix_minmax, items(number("a share in (0, 1]", 0, 1, true), 0, 2));
+  v.field("prob", prob, unit_closed());
+  v.field("switch_prob", switch_prob, unit_closed());
+  v.field("mode", mode, one_of({"batch", "pair", "elem"}));
+}
+
 void MixupSettings::check() const {
+  STOKER_CHECK(enabled(), "mixup does nothing with mixup_alpha and cutmix_alpha 0 and no cutmix_minmax; set "
+               "mixup_alpha (e.g. 0.2), cutmix_alpha (e.g. 1.0) or both, or leave the operation out");
   if (!cutmix_minmax.empty()) {
     STOKER_CHECK(cutmix_minmax.size() == 2 && cutmix_minmax[0] < cutmix_minmax[1],
-                 "data.mixup.cutmix_minmax must be [min, max] with min < max (shares of the image's sides, e.g. "
+                 "cutmix_minmax must be [min, max] with min < max (shares of the image's sides, e.g. "
                  "[0.2, 0.8]), or left out");
     STOKER_CHECK(cutmix_alpha == 0 || cutmix_alpha == 1,
-                 "data.mixup.cutmix_alpha ({}) is not used with data.mixup.cutmix_minmax (boxes are drawn from "
+                 "cutmix_alpha ({}) is not used with cutmix_minmax (boxes are drawn from "
                  "the min/max range, as timm does, which takes cutmix_alpha as 1); leave it out or set 1",
                  cutmix_alpha);
   }
   STOKER_CHECK(mode == "batch" || mode == "pair" || mode == "elem",
-               "data.mixup.mode must be batch, pair or elem, got '{}'", mode);
+               "mode must be batch, pair or elem, got '{}'", mode);
 }
 
 std::string MixupSettings::describe() const {

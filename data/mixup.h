@@ -1,4 +1,4 @@
-// Mixup and CutMix (data.mixup): a batch operation on the device, after normalisation, with timm's
+// Mixup and CutMix (data.batch_ops type mixup): a batch operation on the device, after normalisation, with timm's
 // `Mixup` semantics (timm/data/mixup.py). Each sample i is mixed with its mirror B-1-i in the batch
 // (timm's x.flip(0)):
 //   mixup    x_i <- lam x_i + (1 - lam) x_{B-1-i}, lam ~ Beta(mixup_alpha, mixup_alpha)
@@ -24,11 +24,13 @@
 
 #include <torch/types.h>
 
+#include "common/options.h"
 #include "data/random.h"
 
 namespace stoker::data {
 
-struct MixupSettings {
+// The options of the `mixup` batch operation (data/batch_ops.h).
+struct MixupSettings : TypeOptionsOf<MixupSettings> {
   double mixup_alpha = 0.0;   // > 0: mixup on, lam ~ Beta(alpha, alpha); timm --mixup (RSB A3: 0.1)
   double cutmix_alpha = 0.0;  // > 0: cutmix on; timm --cutmix (RSB: 1.0)
   // [min, max] shares of the image's sides for cutmix boxes drawn uniformly (timm --cutmix-minmax);
@@ -40,8 +42,9 @@ struct MixupSettings {
 
   bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0 || !cutmix_minmax.empty(); }
   bool cutmix_on() const { return cutmix_alpha > 0 || !cutmix_minmax.empty(); }
-  // Throws stoker::Error naming the key (as data.mixup.<key>) when the keys disagree.
-  void check() const;
+  void visit(OptionsVisitor& v) override;
+  // Throws stoker::Error naming the keys when they disagree.
+  void check() const override;
   // One line for the run's log.
   std::string describe() const;
 };

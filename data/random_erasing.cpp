@@ -27,16 +27,30 @@ torch::Tensor fill_of(const std::string& mode, int64_t c, const EraseRect& r, at
 
 }  // namespace
 
+void RandomErasingSettings::visit(OptionsVisitor& v) {
+  using namespace rules;
+  v.field("probability", probability, unit_closed());
+  v.field("mode", mode, one_of({"const", "rand", "pixel"}));
+  v.field("min_area", min_area, number("a share in (0, 1]", 0, 1, true));
+  v.field("max_area", max_area, number("a share in (0, 1]", 0, 1, true));
+  v.field("min_aspect", min_aspect, positive());
+  v.field("max_aspect", max_aspect, non_negative());
+  v.field("min_count", min_count, at_least(1));
+  v.field("max_count", max_count, at_least(0));
+}
+
 void RandomErasingSettings::check() const {
+  STOKER_CHECK(enabled(), "random_erasing does nothing with probability 0; set a probability (e.g. 0.25) or leave "
+               "the operation out");
   STOKER_CHECK(mode == "const" || mode == "rand" || mode == "pixel",
-               "data.random_erasing.mode must be const, rand or pixel, got '{}'", mode);
-  STOKER_CHECK(min_area <= max_area, "data.random_erasing.min_area ({}) must not exceed max_area ({})", min_area,
+               "mode must be const, rand or pixel, got '{}'", mode);
+  STOKER_CHECK(min_area <= max_area, "min_area ({}) must not exceed max_area ({})", min_area,
                max_area);
   const double hi = max_aspect > 0 ? max_aspect : 1.0 / min_aspect;
-  STOKER_CHECK(min_aspect <= hi, "data.random_erasing.min_aspect ({}) must not exceed max_aspect ({}{})", min_aspect, hi,
+  STOKER_CHECK(min_aspect <= hi, "min_aspect ({}) must not exceed max_aspect ({}{})", min_aspect, hi,
                max_aspect > 0 ? "" : ", which 0 makes 1 / min_aspect; set max_aspect or a min_aspect <= 1");
   STOKER_CHECK(max_count == 0 || max_count >= min_count,
-               "data.random_erasing.max_count ({}) must be at least min_count ({}), or 0 for min_count", max_count,
+               "max_count ({}) must be at least min_count ({}), or 0 for min_count", max_count,
                min_count);
 }
 

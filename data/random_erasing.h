@@ -1,4 +1,4 @@
-// Random erasing (data.random_erasing): timm's RandomErasing (timm/data/random_erasing.py, Zhong et
+// Random erasing (data.batch_ops type random_erasing): timm's RandomErasing (timm/data/random_erasing.py, Zhong et
 // al. 2017) as a batch operation on the device after normalisation, decided per sample. Each sample
 // is erased with `probability`: `count` rectangles (min_count..max_count), each of a random share
 // (min_area..max_area, divided by the count) of the image and a log-uniform aspect ratio
@@ -16,9 +16,12 @@
 
 #include <torch/types.h>
 
+#include "common/options.h"
+
 namespace stoker::data {
 
-struct RandomErasingSettings {
+// The options of the `random_erasing` batch operation (data/batch_ops.h).
+struct RandomErasingSettings : TypeOptionsOf<RandomErasingSettings> {
   double probability = 0.0;     // per sample; 0 = off (timm --reprob; DeiT, RSB: 0.25)
   std::string mode = "const";   // const | rand | pixel (timm --remode)
   double min_area = 0.02;       // shares of the image's area
@@ -29,8 +32,9 @@ struct RandomErasingSettings {
   int64_t max_count = 0;        // 0: min_count
 
   bool enabled() const { return probability > 0; }
-  // Throws stoker::Error naming the keys (as data.random_erasing.<key>) when they disagree.
-  void check() const;
+  void visit(OptionsVisitor& v) override;
+  // Throws stoker::Error naming the keys when they disagree.
+  void check() const override;
   std::string describe() const;
 };
 

@@ -1,6 +1,6 @@
 // The `data:` section of a recipe as the data layer's own struct: what a user sets for the data set
 // and its two loaders (training and evaluation). The config layer maps YAML keys onto these fields
-// (trainer/config.cpp) and adds the key path and line to errors; the data layer derives the full
+// (recipe/config.cpp) and adds the key path and line to errors; the data layer derives the full
 // DatasetOptions and LoaderOptions of a split from them here, adding what the run decides (seed,
 // device, input dtype, layout) — user settings kept apart from derived ones, as libtorch keeps
 // DataLoaderOptions apart from FullDataLoaderOptions.
@@ -16,8 +16,6 @@
 #include "common/options.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "data/mixup.h"
-#include "data/random_erasing.h"
 #include "data/resolution.h"
 
 namespace stoker::data {
@@ -96,9 +94,9 @@ struct DataSettings {
   // the process group decides it (LoaderContext::rank and world_size), and these stay 0 and 1.
   int64_t shard_rank = 0;
   int64_t shard_count = 1;
-  // Batch operations on the training batches, on the device after normalisation (data/augmented_source.h).
-  RandomErasingSettings random_erasing;  // per-sample random erasing (data/random_erasing.h); off by default
-  MixupSettings mixup;  // Mixup/CutMix with soft targets (data/mixup.h), after erasing; off by default
+  // Operations on the training batches, on the device after normalisation, in order: registered types
+  // with their own keys (data/batch_ops.h: random_erasing, mixup); none by default.
+  std::vector<TypedOptions> batch_ops;
 };
 
 // What the run adds to the settings for a loader: derived, never set in the data: section.

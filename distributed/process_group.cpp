@@ -363,6 +363,18 @@ void ProcessGroup::barrier() {
 // Each rank that fails leaves "failure/<rank>" (its error) in the store; each rank whose collective
 // lost a peer leaves "saw/<rank>" and reads the others'. A rank with neither died without a word.
 
+std::string ProcessGroup::broadcast_text(const std::string& name, const std::string& text) {
+  const std::string key = "broadcast/" + name;
+  return guarded("receiving rank 0's " + name, [&] {
+    if (rank() == 0) {
+      impl_->store->set(key, text);
+      return text;
+    }
+    const std::vector<uint8_t> bytes = impl_->store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  });
+}
+
 void ProcessGroup::report_failure(const std::string& message) {
   try {
     impl_->store->setTimeout(std::chrono::seconds(2));

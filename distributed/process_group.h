@@ -90,6 +90,11 @@ class ProcessGroup {
   // Waits until every rank got here.
   void barrier();
 
+  // Rank 0's `text` on every rank (the others' `text` is ignored), through the rendezvous store: for
+  // decisions one rank makes for all (train.precision: auto). `name` keys it; every rank calls it
+  // with the same name, once. Waits at most the group's timeout for rank 0.
+  std::string broadcast_text(const std::string& name, const std::string& text);
+
   // After this rank failed with `message`: leaves it in the rendezvous store, where the other ranks'
   // explain_lost_peer finds it (best effort: quietly nothing when the store is gone).
   void report_failure(const std::string& message);

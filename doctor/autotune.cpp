@@ -77,7 +77,8 @@ std::string autotune_json(const Config& config, const TuneResult& r) {
   return json.dump() + "\n";
 }
 
-AutotuneOutcome autotune_at_start(const Config& config) {
+AutotuneOutcome autotune_at_start(const RunPlan& plan) {
+  const Config& config = plan.config;
   TuneOptions o;
   o.budget_seconds = config.data.autotune_budget_s;
   o.max_share = config.data.autotune_max_share;
@@ -86,7 +87,7 @@ AutotuneOutcome autotune_at_start(const Config& config) {
   o.warmup = 3;
   logger().info("data.autotune: {}: tuning the loader's settings (at most {:.0f} s and {:.0f}% of the run)",
                 config.data.autotune, o.budget_seconds, 100 * o.max_share);
-  const TuneResult r = tune(config, o);
+  const TuneResult r = tune(plan, o);
   AutotuneOutcome out;
   out.config = apply_tuned(config, r);
   out.line = autotune_line(config, r);

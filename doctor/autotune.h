@@ -22,8 +22,9 @@ std::string autotune_line(const Config& config, const TuneResult& r);
 // ladder names them, so that `trainer report` draws them, the start and the winner, and the line.
 std::string autotune_json(const Config& config, const TuneResult& r);
 
-// Runs the tune for `config` (data.autotune_budget_s, data.autotune_max_share of its train.epochs) and
-// returns the config to train with, the line and doctor.json. The hook `trainer` sets.
-AutotuneOutcome autotune_at_start(const Config& config);
+// Runs the tune for the run's `plan` (data.autotune_budget_s, data.autotune_max_share of its
+// train.epochs; its precision already decided) and returns the config to train with, the line and
+// doctor.json. The hook `trainer` sets.
+AutotuneOutcome autotune_at_start(const RunPlan& plan);
 
 }  // namespace stoker

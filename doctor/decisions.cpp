@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "optim/optim.h"
 
 namespace stoker {
 namespace {
@@ -26,8 +27,6 @@ double gain_per_doubling(const BatchTrial& from, const BatchTrial& to) {
 // The trials the knee may be chosen from, smallest first; `lines` says why any fitting one is left out.
 std::vector<BatchTrial> candidates(const Config& config, const std::vector<BatchTrial>& trials,
                                    std::vector<std::string>& lines) {
-  const int64_t effective = config.train.effective_batch_size;
-  const int64_t shards = std::max<int64_t>(1, config.data.shard_count);
   std::vector<BatchTrial> out;
   for (const BatchTrial& t : trials) {
     if (!t.fits || t.samples_per_s <= 0) continue;
@@ -35,9 +34,11 @@ std::vector<BatchTrial> candidates(const Config& config, const std::vector<Batch
       lines.push_back(fmt::format("batch {} left out: neither a power of two nor a multiple of 8", t.batch_size));
       continue;
     }
-    if (effective > 0 && effective % (t.batch_size * shards) != 0) {
-      lines.push_back(fmt::format("batch {} left out: train.effective_batch_size {} is not a multiple of it{}",
-                                  t.batch_size, effective, shards > 1 ? " times data.shard_count" : ""));
+    Config at = config;
+    at.data.batch_size = t.batch_size;
+    const std::string problem = batch_arithmetic(at).problem;
+    if (!problem.empty()) {
+      lines.push_back(fmt::format("batch {} left out: {}", t.batch_size, problem));
       continue;
     }
     out.push_back(t);
@@ -55,19 +56,20 @@ LrRescale rescale_lr(const Config& config, int64_t batch_size) {
   const int64_t from = config.data.batch_size;
   const double ratio = static_cast<double>(batch_size) / static_cast<double>(from);
   const std::string& type = config.optimizer.algorithm.type();
+  const LrScaling scaling = optimizer_registry().get(type).lr_scaling;
   if (config.optimizer.lr_reference_batch > 0) {
     r.rule = fmt::format("optimizer.lr_reference_batch is {}: the run scales optimizer.lr linearly with the batch "
                          "itself (effective {:.4g} at batch {})",
-                         config.optimizer.lr_reference_batch, effective_lr(config) * ratio, batch_size);
+                         config.optimizer.lr_reference_batch, batch_arithmetic(config).lr * ratio, batch_size);
   } else if (config.train.effective_batch_size > 0) {
     r.rule = fmt::format("train.effective_batch_size keeps {} samples per optimizer step: optimizer.lr stays",
                          config.train.effective_batch_size);
-  } else if (type == "sgd") {
+  } else if (scaling == LrScaling::kLinear) {
     r.lr = config.optimizer.lr * ratio;
-    r.rule = fmt::format("linear scaling for sgd: {:.4g} x {}/{}", config.optimizer.lr, batch_size, from);
-  } else if (type.find("adam") != std::string::npos) {
+    r.rule = fmt::format("linear scaling for {}: {:.4g} x {}/{}", type, config.optimizer.lr, batch_size, from);
+  } else if (scaling == LrScaling::kSqrt) {
     r.lr = config.optimizer.lr * std::sqrt(ratio);
-    r.rule = fmt::format("square-root scaling for the Adam family ({}): {:.4g} x sqrt({}/{})", type,
+    r.rule = fmt::format("square-root scaling for {} (its type's rule): {:.4g} x sqrt({}/{})", type,
                          config.optimizer.lr, batch_size, from);
   } else {
     r.rule = fmt::format("no scaling rule is known for optimizer.type {}: optimizer.lr stays; check it", type);

@@ -9,21 +9,25 @@
 #include "data/batch_source.h"
 #include "data/loader.h"
 #include "recipe/config.h"
+#include "recipe/run_plan.h"
 #include "doctor/doctor.h"
 #include "trainer/trainer.h"
 
 namespace stoker::doctor {
 
-// What every doctor measurement starts from: the recipe's device (threads and seed set as training
-// sets them), its training split, its loader and a Trainer of its model, cudnn.benchmark applied;
-// `config` is the recipe as resolved for the device (train.precision: auto replaced by the choice).
+// What every doctor measurement starts from: the run's plan (recipe/resolve.h: the device, threads
+// and seed set as training sets them, the training split, train.precision decided), its loader and a
+// Trainer of its model, the run's process-wide settings applied.
 struct Bench {
-  Config config;
-  torch::Device device = torch::kCPU;
-  std::shared_ptr<data::Dataset> dataset;
+  RunPlan plan;
   std::shared_ptr<data::Loader> loader;
   std::unique_ptr<Trainer> trainer;
+  const Config& config() const { return plan.config; }
+  torch::Device device() const { return plan.device; }
 };
+// From a resolved plan (data.autotune: start: the run's own), or from a recipe (resolving its plan
+// and logging the precision decision).
+Bench make_bench(const RunPlan& plan);
 Bench make_bench(const Config& config);
 
 // `warmup` untimed steps, then `steps` timed ones of trainer.train_step over `source` (new epochs
@@ -32,8 +36,6 @@ RungResult measure_rung(const std::string& name, Trainer& trainer, data::BatchSo
                         int64_t steps);
 // `count` batches of `loader`, kept on its device and handed out again and again.
 std::shared_ptr<data::BatchSource> device_cached_source(data::Loader& loader, int64_t count);
-// MemAvailable of /proc/meminfo, in bytes (0 when unknown).
-double available_memory_bytes();
 void synchronize(torch::Device device);
 
 }  // namespace stoker::doctor

@@ -24,6 +24,7 @@
 
 #include "data/batch_source.h"
 #include "recipe/config.h"
+#include "recipe/run_plan.h"
 
 namespace stoker {
 
@@ -157,6 +158,8 @@ struct TuneResult {
 // When that leaves the step waiting (few cores: a worker takes the model's core), it tries
 // data.cache raw, then decoded, where the whole training split fits the memory budget.
 TuneResult tune(const Config& config, const TuneOptions& options);
+// The same for a resolved plan (data.autotune: start tunes the run's own, without a second trial).
+TuneResult tune(const RunPlan& plan, const TuneOptions& options);
 const char* data_cache_name(data::DataCache cache);  // none | raw | decoded, as data.cache spells it
 std::string format_tune(const TuneResult& result);
 

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/hardware.h"
 #include "common/trace.h"
 #include "data/cache.h"
 #include "data/loader.h"
@@ -20,40 +21,26 @@
 #include "doctor/detail.h"
 #include "recipe/factory.h"
 #include "common/log.h"
+#include "recipe/precision_trial.h"
 #include "trainer/precision_choice.h"
 #include "recipe/run.h"
 
 namespace stoker {
 namespace doctor {
 
-double available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (meminfo >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024.0;
-  }
-  return 0;
+Bench make_bench(const RunPlan& plan) {
+  Bench b;
+  b.plan = plan;
+  b.loader = make_loader(plan.config, plan.train_set, plan.device, "train", false, data_ranks(plan));
+  b.trainer = make_trainer(plan, make_model(plan.config, b.loader->channels()), b.loader, b.loader);
+  apply_process_settings(plan);  // process-wide, as a training run sets them
+  return b;
 }
 
 Bench make_bench(const Config& recipe) {
-  Bench b;
-  b.config = recipe;
-  const Config& config = b.config;
-  b.device = resolve_device(config.run.device);
-  select_device(b.device);
-  configure_threads(config.run.threads, config.data.workers, b.device.is_cpu());
-  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-  b.dataset = make_dataset(config, "train");
-  const PrecisionDecision precision = choose_precision(recipe, b.device, input_shape(config, b.dataset));
-  precision.log();
-  b.config.train.precision = precision.precision;
-  b.loader = make_loader(config, b.dataset, b.device, "train");
-  b.trainer = make_trainer(config, make_model(config, b.loader->channels()), b.loader, b.loader, b.device);
-  apply_global_precision(config.train.precision);  // process-wide, as a training run sets it
-  apply_cudnn_benchmark(config, *b.loader, b.device);
-  return b;
+  const RunPlan plan = resolve_plan(recipe);
+  plan.precision.log();
+  return make_bench(plan);
 }
 
 void synchronize(torch::Device device) {
@@ -199,27 +186,27 @@ std::string cudnn_benchmark_note(const Config& config, torch::Device device) {
 // What the ladder's diagnosis needs to know of the machine and the recipe.
 LadderContext ladder_context(const Config& config, const doctor::Bench& bench) {
   LadderContext ctx;
-  ctx.device = bench.device.str();
+  ctx.device = bench.device().str();
   ctx.batch_size = config.data.batch_size;
   ctx.workers = config.data.workers;
   ctx.cores = std::max(1u, std::thread::hardware_concurrency());
   ctx.torch_threads = torch::get_num_threads();
-  ctx.available_bytes = doctor::available_memory_bytes();
+  ctx.available_bytes = available_memory_bytes(torch::kCPU);
   ctx.threads_follow_workers = config.run.threads == 0;
   ctx.precision = precision_name(config.train.precision);
-  ctx.hardware = detect_hardware(bench.device).summary();
+  ctx.hardware = detect_hardware(bench.device()).summary();
   ctx.channels_last = config.train.channels_last;
-  ctx.dataset_samples = bench.dataset->size();
+  ctx.dataset_samples = bench.plan.train_set->size();
   ctx.data_type = config.data.dataset.type();
   ctx.data_root = config.data.root;
-  ctx.channels = bench.dataset->channels();
+  ctx.channels = bench.plan.train_set->channels();
   ctx.out_side = std::max(bench.loader->out_height(), bench.loader->out_width());
   return ctx;
 }
 
 // The host-cached rung on CUDA; on the CPU a rung that says why it is not measured.
 RungResult host_rung(const Config& config, const doctor::Bench& bench, const DoctorOptions& options) {
-  if (!bench.device.is_cuda()) {
+  if (!bench.device().is_cuda()) {
     RungResult r;
     r.name = "host-cached";
     r.measured = false;
@@ -227,7 +214,7 @@ RungResult host_rung(const Config& config, const doctor::Bench& bench, const Doc
     return r;
   }
   logger().info("doctor: host-cached rung");
-  auto host = host_cached_source(config, bench.dataset, *bench.loader, options.cached_batches);
+  auto host = host_cached_source(config, bench.plan.train_set, *bench.loader, options.cached_batches);
   return measure_rung("host-cached", *bench.trainer, *host, options.warmup, options.steps);
 }
 
@@ -265,11 +252,11 @@ void settle_ceiling(const doctor::Bench& bench, const DoctorOptions& options, La
 // on a synthetic batch of the recipe's shape; precisions without a fast path here are listed, not
 // timed (bf16 on a CPU without oneDNN's bf16 path runs ATen's reference code: seconds per step).
 std::vector<StepVariant> time_step_variants(const Config& config, const doctor::Bench& bench) {
-  const HardwareFeatures hw = detect_hardware(bench.device);
+  const HardwareFeatures hw = detect_hardware(bench.device());
   std::vector<Precision> precisions = {Precision::kFp32};
-  if (bench.device.is_cuda() && hw.sm >= 80) precisions.push_back(Precision::kTf32);
+  if (bench.device().is_cuda() && hw.sm >= 80) precisions.push_back(Precision::kTf32);
   precisions.push_back(Precision::kBf16Mixed);
-  if (bench.device.is_cuda() && hw.sm >= 70) precisions.push_back(Precision::kFp16Mixed);
+  if (bench.device().is_cuda() && hw.sm >= 70) precisions.push_back(Precision::kFp16Mixed);
   const data::InputShape shape = bench.loader->shape();
   std::vector<StepVariant> out;
   for (Precision p : precisions) {
@@ -277,12 +264,12 @@ std::vector<StepVariant> time_step_variants(const Config& config, const doctor::
       StepVariant v;
       v.precision = precision_name(p);
       v.channels_last = channels_last;
-      const bool bf16_slow = p == Precision::kBf16Mixed && (bench.device.is_cpu() ? !hw.onednn_bf16 : hw.sm < 80);
+      const bool bf16_slow = p == Precision::kBf16Mixed && (bench.device().is_cpu() ? !hw.onednn_bf16 : hw.sm < 80);
       if (bf16_slow || !shape.fixed()) {
         v.measured = false;
         v.note = !shape.fixed() ? "not timed: the batches vary in shape" : "not timed: no fast bf16 path here";
       } else {
-        v.ms = time_training_step(config, bench.device, shape, p, channels_last).ms;
+        v.ms = median_step_ms(bench.plan, p, channels_last);
       }
       out.push_back(v);
     }
@@ -297,7 +284,7 @@ LadderResult run_ladder(const Config& recipe, const DoctorOptions& options) {
                "doctor needs steps > 0, warmup >= 0 and cached_batches > 0");
   auto& log = logger();
   const doctor::Bench bench = doctor::make_bench(recipe);
-  const Config& config = bench.config;
+  const Config& config = bench.config();
   LadderResult result;
   LadderContext& ctx = result.context;
   ctx = ladder_context(config, bench);
@@ -305,15 +292,15 @@ LadderResult run_ladder(const Config& recipe, const DoctorOptions& options) {
   log.info("doctor: device-cached rung ({} batches on {})", options.cached_batches, ctx.device);
   auto on_device = doctor::device_cached_source(*bench.loader, options.cached_batches);
   result.rungs.push_back(measure_rung("device-cached", *bench.trainer, *on_device, options.warmup, options.steps));
-  ctx.cudnn_benchmark = cudnn_benchmark_note(config, bench.device);
+  ctx.cudnn_benchmark = cudnn_benchmark_note(config, bench.device());
   on_device.reset();
   result.rungs.push_back(host_rung(config, bench, options));
   log.info("doctor: decoded-cached rung");
   result.rungs.push_back(
-      cached_dataset_rung(config, *bench.trainer, bench.dataset, data::CacheLevel::kDecoded, options, ctx));
+      cached_dataset_rung(config, *bench.trainer, bench.plan.train_set, data::CacheLevel::kDecoded, options, ctx));
   log.info("doctor: raw-cached rung");
   result.rungs.push_back(
-      cached_dataset_rung(config, *bench.trainer, bench.dataset, data::CacheLevel::kRaw, options, ctx));
+      cached_dataset_rung(config, *bench.trainer, bench.plan.train_set, data::CacheLevel::kRaw, options, ctx));
   log.info("doctor: full rung ({} worker(s))", config.data.workers);
   result.rungs.push_back(full_rung(bench, options));
   settle_ceiling(bench, options, result);

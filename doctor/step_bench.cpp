@@ -21,9 +21,9 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   out.ms_per_step = 1e3 * r.seconds / static_cast<double>(r.steps);
   out.samples_per_s = r.samples_per_s;
   out.graph = bench.trainer->graph_active();
-  out.device = bench.device.str();
-  out.precision = bench.config.train.precision;
-  out.hardware = detect_hardware(bench.device).summary();
+  out.device = bench.device().str();
+  out.precision = bench.config().train.precision;
+  out.hardware = detect_hardware(bench.device()).summary();
   return out;
 }
 

@@ -15,10 +15,12 @@
 #endif
 
 #include "common/error.h"
+#include "common/hardware.h"
 #include "data/cache.h"
 #include "doctor/decisions.h"
 #include "doctor/doctor.h"
 #include "doctor/detail.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "common/log.h"
 #include "recipe/run.h"
@@ -39,9 +41,9 @@ constexpr double kBetter = 1.02;         // a trial must be 2% faster to replace
 
 // Tuning state: the data set, the trainer every trial steps, what was tried, the clock.
 struct Tuner {
-  Tuner(const Config& c, const TuneOptions& o) : bench(doctor::make_bench(c)), config(bench.config), options(o) {}
+  Tuner(const RunPlan& plan, const TuneOptions& o) : bench(doctor::make_bench(plan)), config(bench.config()), options(o) {}
   doctor::Bench bench;   // its loader has the starting settings
-  const Config& config;  // the recipe, resolved for the device (bench.config)
+  const Config& config;  // the recipe, resolved for the device (bench.plan.config)
   const TuneOptions& options;
   TuneResult result;
   clock_type::time_point start = clock_type::now();
@@ -62,13 +64,13 @@ struct Tuner {
     c.data.prefetch_factor = t.prefetch_factor;
     c.data.device_prefetch = t.device_prefetch;
     c.data.cache = t.cache;
-    std::shared_ptr<data::Dataset> dataset = bench.dataset;
+    std::shared_ptr<data::Dataset> dataset = bench.plan.train_set;
     if (t.cache != data::DataCache::kNone && !(dataset = cached(t))) {
       result.trials.push_back(t);  // not measured: t.note says why
       return t;
     }
-    configure_threads(c.run.threads, c.data.workers, bench.device.is_cpu());
-    auto loader = make_loader(c, dataset, bench.device, "train");
+    configure_threads(c.run.threads, c.data.workers, bench.device().is_cpu());
+    auto loader = make_loader(c, dataset, bench.device(), "train", false, data_ranks(bench.plan));
     const RungResult r = doctor::measure_rung("full", *bench.trainer, *loader, options.warmup, options.steps);
     t.samples_per_s = r.samples_per_s;
     t.wait_share = r.wait_share;
@@ -83,13 +85,13 @@ struct Tuner {
   // why) when a cache of the whole split would not fit the memory budget.
   std::shared_ptr<data::Dataset> cached(TuneTrial& t) {
     const auto budget = static_cast<double>(
-        options.memory_budget_bytes > 0 ? options.memory_budget_bytes : doctor::available_memory_bytes() / 2);
+        options.memory_budget_bytes > 0 ? options.memory_budget_bytes : available_memory_bytes(torch::kCPU) / 2);
     data::CacheOptions o;
     o.set_level(data::cache_level_of(t.cache))
         .set_max_samples((options.warmup + options.steps + 1) * config.data.batch_size)
         .set_fill_threads(std::max(1u, std::thread::hardware_concurrency()));
     o.max_image_pixels = config.data.max_image_pixels;
-    auto cache = std::make_shared<data::CachedDataset>(bench.dataset, o);
+    auto cache = std::make_shared<data::CachedDataset>(bench.plan.train_set, o);
     const double whole = cache->estimated_full_bytes();
     if (whole > budget) {
       t.measured = false;
@@ -143,7 +145,7 @@ void search_prefetch(Tuner& t) {
       t.attempt(trial);
     }
   }
-  if (!t.bench.device.is_cuda()) return;
+  if (!t.bench.device().is_cuda()) return;
   for (int64_t d : {4, 1}) {
     TuneTrial trial = t.result.best;
     trial.device_prefetch = d;
@@ -187,8 +189,14 @@ void check_ceiling(Tuner& t) {
 }  // namespace
 
 TuneResult tune(const Config& config, const TuneOptions& options) {
+  const RunPlan plan = resolve_plan(config);
+  plan.precision.log();
+  return tune(plan, options);
+}
+
+TuneResult tune(const RunPlan& plan, const TuneOptions& options) {
   STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
-  Tuner t(config, options);
+  Tuner t(plan, options);
   t.result.budget_seconds = options.budget_seconds;
   t.result.ceiling_samples_per_s = measure_ceiling(t);
   TuneTrial start;
@@ -200,7 +208,7 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
   t.result.start = t.run(start);
   check_ceiling(t);
   if (options.run_epochs > 0) {
-    t.result.estimated_run_seconds = options.run_epochs * static_cast<double>(t.bench.dataset->size()) /
+    t.result.estimated_run_seconds = options.run_epochs * static_cast<double>(t.bench.plan.train_set->size()) /
                                      std::max(1e-9, t.result.start.samples_per_s);
     t.result.budget_seconds = autotune_budget(options.budget_seconds, options.max_share, t.result.estimated_run_seconds);
   }
@@ -253,54 +261,6 @@ std::string format_tune(const TuneResult& r) {
 
 namespace {
 
-// Peak memory since the last reset: the caching allocator's reserved bytes on CUDA, the resident set
-// (VmHWM, reset through /proc/self/clear_refs) on the CPU.
-void reset_peak_memory(torch::Device device) {
-#ifdef STOKER_WITH_CUDA
-  if (device.is_cuda()) {
-    // The last trial's cached blocks go back first: the peak counts reserved bytes, cache included.
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-    return;
-  }
-#endif
-  (void)device;
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
-
-double peak_memory_bytes(torch::Device device) {
-#ifdef STOKER_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<double>(stats.reserved_bytes[0].peak);
-  }
-#endif
-  (void)device;
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmHWM:") {
-      double kb = 0;
-      status >> kb;
-      return kb * 1024.0;
-    }
-    status.ignore(1 << 12, '\n');
-  }
-  return 0;
-}
-
-// Out of device memory, as the allocator says it or as cuDNN and cuBLAS do when their workspaces
-// cannot be had under memory pressure (they fail to find an engine, or to allocate).
-bool is_out_of_memory(const std::exception& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
-  const std::string what = e.what();
-  for (const char* sign : {"out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-                           "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH", "unable to find an engine"}) {
-    if (what.find(sign) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // Trains device-cached steps at one batch size with a fresh model.
 BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset, torch::Device device,
                      const BatchSweepOptions& o, int64_t batch) {
@@ -332,16 +292,14 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
 
 BatchSweepResult batch_sweep(const Config& recipe, const BatchSweepOptions& o) {
   STOKER_CHECK(o.min_batch > 0 && o.max_batch >= o.min_batch, "doctor --batch needs 0 < min_batch <= max_batch");
-  const torch::Device device = resolve_device(recipe.run.device);
-  select_device(device);
-  configure_threads(recipe.run.threads, 0, device.is_cpu());
-  auto dataset = make_dataset(recipe, "train");
-  Config config = recipe;
-  const PrecisionDecision precision = choose_precision(recipe, device, input_shape(recipe, dataset));
-  precision.log();
-  config.train.precision = precision.precision;
+  const RunPlan plan = resolve_plan(recipe);
+  plan.precision.log();
+  const torch::Device device = plan.device;
+  configure_threads(recipe.run.threads, 0, device.is_cpu());  // no loader workers: every core steps
+  const std::shared_ptr<data::Dataset> dataset = plan.train_set;
+  const Config& config = plan.config;
   const double budget = o.memory_budget_bytes > 0 ? static_cast<double>(o.memory_budget_bytes)
-                                                  : doctor::available_memory_bytes() / 2;
+                                                  : available_memory_bytes(torch::kCPU) / 2;
   BatchSweepResult result;
   const auto start = clock_type::now();
   for (int64_t batch = o.min_batch; batch <= o.max_batch; batch *= 2) {

@@ -105,7 +105,7 @@ FlopCount count_forward_flops(torch::nn::AnyModule& model, const std::vector<int
 }
 
 double training_flops_per_sample(torch::nn::AnyModule& model, const std::vector<int64_t>& sample_shape) {
-  return 3 * count_forward_flops(model, sample_shape).flops();
+  return count_forward_flops(model, sample_shape).training_flops();
 }
 
 // ---- peaks ------------------------------------------------------------------------------------------

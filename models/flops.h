@@ -28,6 +28,8 @@ struct FlopCount {
   int64_t convolutions = 0, matmuls = 0;
   double macs() const { return conv_macs + matmul_macs; }
   double flops() const { return 2 * macs(); }
+  // A training step's FLOPs: 3 x the forward's (see the convention above).
+  double training_flops() const { return 3 * flops(); }
 };
 
 // Runs `model` once in eval mode under no_grad on a zero batch of one sample of `sample_shape`

@@ -22,7 +22,7 @@ Efficiency measure_efficiency(torch::nn::AnyModule& model, const data::InputShap
                               Precision precision) {
   Efficiency e;
   const models::FlopCount count = models::count_forward_flops(model, {shape.channels, shape.height, shape.width});
-  e.train_flops_per_sample = 3 * count.flops();
+  e.train_flops_per_sample = count.training_flops();
   const std::optional<double> peak = models::device_peak_flops(device, math_type_of(precision), &e.peak_source);
   e.peak_flops = peak.value_or(0.0);
   logger().info("FLOPs: {:.3g} G MACs per {}x{}x{} sample forward ({} convolution(s), {} matrix product(s)), "

@@ -12,7 +12,7 @@
 #include <torch/version.h>
 
 #include "common/atomic_write.h"
-#include "trainer/precision_choice.h"
+#include "common/hardware.h"
 
 #ifdef STOKER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

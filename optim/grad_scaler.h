@@ -38,15 +38,8 @@
 
 namespace stoker {
 
-// The dynamic loss scaler of fp16-mixed (train.loss_scale).
-struct LossScaleOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-};
-
-
+// The dynamic loss scaler's options (train.loss_scale in a recipe; `enabled` the run derives from
+// train.precision: fp16-mixed only).
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16, as PyTorch
   double growth_factor = 2.0;   // S *= this after growth_interval clean steps

@@ -133,18 +133,27 @@ struct OptimizerOptions {
   // auto (fused kernels on CUDA, foreach on the CPU) | fused | foreach | reference (libtorch's own)
   std::string implementation = "auto";
   // Linear scaling: the learning rate used is lr * global batch / lr_reference_batch, the global
-  // batch being the samples per optimizer step over all processes; 0 = use lr as it is (see trainer/config.h).
+  // batch being the samples per optimizer step over all processes; 0 = use lr as it is (see recipe/config.h).
   int64_t lr_reference_batch = 0;
 };
 
-// A registered optimizer type: its own keys and how to build it over parameter groups. `decay` and
-// `no_decay` are the parameters with and without weight decay (see make_optimizer).
+// How an optimizer's learning rate follows the batch size when only the batch changes (`trainer
+// doctor --batch` rescales by it): linearly (SGD: Goyal et al., 2017), by the square root (the Adam
+// family and LAMB: Hoffer et al., 2017; You et al., 2020), or not known (the user checks it).
+enum class LrScaling { kNone, kLinear, kSqrt };
+// "linear", "square-root", "none".
+const char* lr_scaling_name(LrScaling scaling);
+
+// A registered optimizer type: its own keys, how to build it over parameter groups (`decay` and
+// `no_decay` are the parameters with and without weight decay: see make_optimizer), and its
+// learning-rate scaling rule.
 struct OptimizerType {
   OptionsMaker options;
   std::function<std::unique_ptr<torch::optim::Optimizer>(const OptimizerOptions& common, const TypeOptions& own,
                                                          const std::vector<torch::Tensor>& decay,
                                                          const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl)>
       create;
+  LrScaling lr_scaling = LrScaling::kNone;
 };
 // sgd and adamw; applications may register more.
 Registry<OptimizerType>& optimizer_registry();

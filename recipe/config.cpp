@@ -15,11 +15,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "data/batch_ops.h"
 #include "data/dataset.h"
 #include "data/resolution.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
+#include "recipe/legacy_keys.h"
 #include "recipe/overrides.h"
 #include "recipe/yaml_options.h"
 #include "trainer/evaluate.h"
@@ -58,28 +60,6 @@ void visit_run(Config& c, V& v) {
 }
 
 template <typename V>
-void visit_erasing(data::RandomErasingSettings& e, V& v) {
-  v.field("probability", e.probability, unit_closed());
-  v.field("mode", e.mode, one_of({"const", "rand", "pixel"}));
-  v.field("min_area", e.min_area, number("a share in (0, 1]", 0, 1, true));
-  v.field("max_area", e.max_area, number("a share in (0, 1]", 0, 1, true));
-  v.field("min_aspect", e.min_aspect, positive());
-  v.field("max_aspect", e.max_aspect, non_negative());
-  v.field("min_count", e.min_count, at_least(1));
-  v.field("max_count", e.max_count, at_least(0));
-}
-
-template <typename V>
-void visit_mixup(data::MixupSettings& m, V& v) {
-  v.field("mixup_alpha", m.mixup_alpha, non_negative());
-  v.field("cutmix_alpha", m.cutmix_alpha, non_negative());
-  v.field("cutmix_minmax", m.cutmix_minmax, items(number("a share in (0, 1]", 0, 1, true), 0, 2));
-  v.field("prob", m.prob, unit_closed());
-  v.field("switch_prob", m.switch_prob, unit_closed());
-  v.field("mode", m.mode, one_of({"batch", "pair", "elem"}));
-}
-
-template <typename V>
 void visit_autotune_watch(data::AutotuneWatch& w, V& v) {
   v.field("starved_wait", w.starved_wait, number("a share in (0, 1]", 0, 1, true));
   v.field("fed_wait", w.fed_wait, number("a share in (0, 1]", 0, 1, true));
@@ -103,6 +83,7 @@ template <typename V>
 void visit_data(Config& c, V& v) {
   static const TypeCatalog transforms = catalog_of(data::transform_registry(), "transform");
   static const TypeCatalog datasets = catalog_of(data::dataset_registry(), "data set");
+  static const TypeCatalog batch_ops = catalog_of(data::batch_op_registry(), "batch operation");
   v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
   v.field("root", c.data.root, described("a folder path"));
   v.field("num_classes", c.data.num_classes, at_least(2));
@@ -132,8 +113,7 @@ void visit_data(Config& c, V& v) {
   v.field("test_limit", c.data.test_limit, at_least(0));
   v.field("shard_rank", c.data.shard_rank, at_least(0));
   v.field("shard_count", c.data.shard_count, at_least(1));
-  v.section("random_erasing", [&] { visit_erasing(c.data.random_erasing, v); });
-  v.section("mixup", [&] { visit_mixup(c.data.mixup, v); });
+  v.typed_list("batch_ops", c.data.batch_ops, batch_ops);
   v.section("autotune_continuous", [&] { visit_autotune_watch(c.data.autotune_continuous, v); });
 }
 
@@ -211,18 +191,12 @@ void visit_checkpoint(Config& c, V& v) {
 
 template <typename V>
 void visit_logging(Config& c, V& v) {
-  v.field("tensorboard", c.logging.tensorboard);
+  static const TypeCatalog sinks = catalog_of(sink_registry(), "metrics sink");
+  v.typed_list("sinks", c.logging.sinks, sinks);
   v.field("telemetry", c.logging.telemetry);
   v.field("telemetry_interval_s", c.logging.telemetry_interval_s, positive());
   v.field("flops", c.logging.flops);
   v.field("sample_digests", c.logging.sample_digests);
-  v.section("mlflow", [&] {
-    v.field("tracking_uri", c.logging.mlflow.tracking_uri,
-            matching("(https?://[^/\\s]+(/\\S*)?)?", "the http:// or https:// address of an MLflow tracking server "
-                     "(e.g. http://127.0.0.1:5000), or \"\" for none"));
-    v.field("experiment", c.logging.mlflow.experiment, described("an MLflow experiment name (\"\": run.name)"));
-    v.field("run_name", c.logging.mlflow.run_name, described("an MLflow run name (\"\": <run.name>/<timestamp>)"));
-  });
 }
 
 // Every key Stoker reads is named here once; the reader, the writer and the checks all use it.
@@ -274,12 +248,6 @@ void check_data_and_model(const Config& c, const Fail& fail) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
                      c.data.mean.size(), c.data.std.size()));
   }
-  try {
-    c.data.random_erasing.check();
-    c.data.mixup.check();
-  } catch (const Error& e) {
-    fail(e.what());
-  }
   const data::AutotuneWatch& w = c.data.autotune_continuous;
   if (w.fed_wait > w.starved_wait) {
     fail(fmt::format("data.autotune_continuous.fed_wait ({}) must not be above starved_wait ({}): a window between "
@@ -294,22 +262,8 @@ void check_data_and_model(const Config& c, const Fail& fail) {
 }
 
 void check_batching(const Config& c, const Fail& fail) {
-  if (c.train.effective_batch_size > 0) {
-    const int64_t per_step = c.data.batch_size * c.data.shard_count;
-    if (c.train.effective_batch_size % per_step != 0) {
-      fail(fmt::format("train.effective_batch_size ({}) must be a multiple of data.batch_size x "
-                       "data.shard_count ({} x {} = {}); use {} or {}",
-                       c.train.effective_batch_size, c.data.batch_size, c.data.shard_count, per_step,
-                       std::max(per_step, c.train.effective_batch_size / per_step * per_step),
-                       (c.train.effective_batch_size / per_step + 1) * per_step));
-    }
-    const int64_t derived = c.train.effective_batch_size / per_step;
-    if (c.train.accumulate_steps != 1 && c.train.accumulate_steps != derived) {
-      fail(fmt::format("train.accumulate_steps ({}) disagrees with train.effective_batch_size ({} = {} "
-                       "accumulated batches of {}); set only one of them",
-                       c.train.accumulate_steps, c.train.effective_batch_size, derived, per_step));
-    }
-  }
+  const std::string problem = batch_arithmetic(c).problem;
+  if (!problem.empty()) fail(problem);
 }
 
 void check_schedule_and_metrics(const Config& c, const Fail& fail) {
@@ -350,24 +304,29 @@ void check_consistency(const Config& c, const std::string& source) {
 
 }  // namespace
 
-int64_t shards_of(const Config& c, int64_t world_size) { return world_size > 1 ? world_size : c.data.shard_count; }
-
-int64_t accumulate_steps_of(const Config& c, int64_t world_size) {
-  if (c.train.effective_batch_size > 0) {
-    return std::max<int64_t>(1, c.train.effective_batch_size / (c.data.batch_size * shards_of(c, world_size)));
+BatchArithmetic batch_arithmetic(const Config& c, int64_t world_size) {
+  BatchArithmetic a;
+  a.shards = world_size > 1 ? world_size : c.data.shard_count;
+  a.per_step_batch = c.data.batch_size * a.shards;
+  const int64_t effective = c.train.effective_batch_size;
+  a.accumulate_steps = effective > 0 ? std::max<int64_t>(1, effective / a.per_step_batch) : c.train.accumulate_steps;
+  a.global_batch = a.per_step_batch * a.accumulate_steps;
+  const int64_t reference = c.optimizer.lr_reference_batch;
+  a.lr = reference > 0 ? c.optimizer.lr * static_cast<double>(a.global_batch) / static_cast<double>(reference)
+                       : c.optimizer.lr;
+  const char* ranks = world_size > 1 ? "the ranks" : "data.shard_count";
+  if (effective > 0 && effective % a.per_step_batch != 0) {
+    a.problem = fmt::format("train.effective_batch_size ({}) must be a multiple of data.batch_size x {} ({} x {} = "
+                            "{}); use {} or {}",
+                            effective, ranks, c.data.batch_size, a.shards, a.per_step_batch,
+                            std::max(a.per_step_batch, effective / a.per_step_batch * a.per_step_batch),
+                            (effective / a.per_step_batch + 1) * a.per_step_batch);
+  } else if (effective > 0 && c.train.accumulate_steps != 1 && c.train.accumulate_steps != a.accumulate_steps) {
+    a.problem = fmt::format("train.accumulate_steps ({}) disagrees with train.effective_batch_size ({} = {} "
+                            "accumulated batches of {}); set only one of them",
+                            c.train.accumulate_steps, effective, a.accumulate_steps, a.per_step_batch);
   }
-  return c.train.accumulate_steps;
-}
-
-int64_t global_batch_size(const Config& config, int64_t world_size) {
-  return config.data.batch_size * shards_of(config, world_size) * accumulate_steps_of(config, world_size);
-}
-
-double effective_lr(const Config& config, int64_t world_size) {
-  const int64_t reference = config.optimizer.lr_reference_batch;
-  if (reference <= 0) return config.optimizer.lr;
-  return config.optimizer.lr * static_cast<double>(global_batch_size(config, world_size)) /
-         static_cast<double>(reference);
+  return a;
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
@@ -381,6 +340,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   AppliedOverrides applied = apply_overrides(root, overrides, source);
   std::vector<std::string> said = std::move(applied.notes);
+  rewrite_legacy_keys(root, source, said);
   Config config;
   YamlReader reader(root, source, std::move(applied));
   visit_config(config, reader);

@@ -14,6 +14,7 @@
 #include "data/dataset.h"
 #include "data/settings.h"
 #include "models/registry.h"
+#include "observe/sinks.h"
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -43,12 +44,12 @@ using DataOptions = data::DataSettings;
 struct TrainOptions {
   int64_t epochs = 10;
   // fp32 | tf32 | bf16-mixed | fp16-mixed | bf16-true | auto. auto: chosen at start for the device from
-  // its features and a few timed steps (trainer/precision_choice.h); a resumed run keeps its choice.
+  // its features and a few timed steps (recipe/precision_trial.h); a resumed run keeps its choice.
   Precision precision = Precision::kFp32;
-  LossScaleOptions loss_scale;     // used by fp16-mixed
+  GradScalerOptions loss_scale;    // used by fp16-mixed (its `enabled` is derived from the precision)
   // Gradient accumulation: one optimizer step every `accumulate_steps` batches, or, when
   // `effective_batch_size` is set, as many batches as make that many samples per optimizer step
-  // (across all shards). See accumulate_steps_of().
+  // (across all shards). See batch_arithmetic().
   int64_t accumulate_steps = 1;
   int64_t effective_batch_size = 0;
   bool strict_sizes = false;     // batch/channel sizes that are not multiples of 8 are errors
@@ -74,24 +75,17 @@ struct TrainOptions {
   int64_t max_nonfinite_skips = 10;
 };
 
-// logging.mlflow: send the run to an MLflow tracking server (observe/mlflow.h).
-struct MlflowLoggingOptions {
-  std::string tracking_uri;  // http(s)://host:port of `mlflow server`; empty (the default): off
-  std::string experiment;    // empty: run.name; created when the server has none of that name
-  std::string run_name;      // empty: <run.name>/<timestamp>, as the run directory is named
-};
-
 // What a run records beyond metrics.jsonl and the log (README "Watching a run").
 struct LoggingOptions {
-  bool tensorboard = true;            // event files in <run>/tb/ (trainer/tensorboard.h)
-  bool telemetry = true;              // GPU telemetry from NVML (trainer/telemetry.h); CUDA only
+  // Where the metrics records go: registered sink types with their own keys (observe/sinks.h).
+  std::vector<TypedOptions> sinks = default_sinks();
+  bool telemetry = true;              // GPU telemetry from NVML (observe/telemetry.h); CUDA only
   double telemetry_interval_s = 1.0;  // seconds between NVML samples (averaged per logged step)
   bool flops = true;                  // count the model's FLOPs at start: TFLOP/s and MFU (models/flops.h)
   // Every rank logs, per optimizer step, a digest of the samples it trained on and their augmentation
   // seeds (XOR over ranks: the global step's), to check that runs on different numbers of processes
   // or workers saw the same batches. Non-zero ranks then log at info level too.
   bool sample_digests = false;
-  MlflowLoggingOptions mlflow;
 };
 
 struct Config {
@@ -109,18 +103,24 @@ struct Config {
   LoggingOptions logging;
 };
 
-// Batches per optimizer step: train.accumulate_steps, or derived from train.effective_batch_size
-// (which must be a multiple of data.batch_size * data.shard_count).
-// `world_size`: the data-parallel ranks (the process group's; 1 alone). A run shards its data over
-// them, or over data.shard_count when sharded by hand; shards_of says which.
-int64_t shards_of(const Config& config, int64_t world_size = 1);
-int64_t accumulate_steps_of(const Config& config, int64_t world_size = 1);
-// Samples per optimizer step over all processes: data.batch_size * data.shard_count * the batches
-// accumulated into each step (train.accumulate_steps or train.effective_batch_size).
-int64_t global_batch_size(const Config& config, int64_t world_size = 1);
-// optimizer.lr, scaled by global_batch_size / optimizer.lr_reference_batch when that is set (the
-// linear scaling rule of Goyal et al., 2017); optimizer.lr itself when it is 0.
-double effective_lr(const Config& config, int64_t world_size = 1);
+// The batch arithmetic of a run on `world_size` data-parallel ranks (1 alone), computed here and
+// nowhere else: the RunPlan holds it for everything downstream (recipe/plan.h), the load-time check
+// reads it with world size 1.
+struct BatchArithmetic {
+  // The ranks the data is split over: the process group's, or data.shard_count when sharded by hand.
+  int64_t shards = 1;
+  int64_t per_step_batch = 0;    // data.batch_size x shards: the samples of one batch on every rank
+  // Batches per optimizer step: train.accumulate_steps, or train.effective_batch_size / per_step_batch.
+  int64_t accumulate_steps = 1;
+  int64_t global_batch = 0;      // samples per optimizer step over all processes
+  // optimizer.lr, scaled by global_batch / optimizer.lr_reference_batch when that is set (the linear
+  // scaling rule of Goyal et al., 2017).
+  double lr = 0;
+  // Non-empty when train.effective_batch_size is not a multiple of per_step_batch or disagrees with
+  // train.accumulate_steps: the message, naming the keys and what to use.
+  std::string problem;
+};
+BatchArithmetic batch_arithmetic(const Config& config, int64_t world_size = 1);
 
 // Parses YAML text. `source` names it in messages (a file path). `overrides` are "key.path=value"
 // strings from --set, applied on top of the text before validation (recipe/overrides.h): a value is

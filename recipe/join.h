@@ -1,12 +1,12 @@
 // A run's part in data-parallel training: from the launcher's environment (distributed/launch.h) and
 // run.distributed to the joined process group and the device of this rank. The rank and the world
 // size reach the data layer as derived context (recipe/loaders.h DataRanks -> data::LoaderContext)
-// and the batch arithmetic as an argument (global_batch_size(config, world_size)), never as the
-// user's data.shard_* keys, which stay for sharding by hand (run.distributed: off).
+// and the batch arithmetic as an argument (batch_arithmetic(config, world_size), held by the run's
+// plan), never as the user's data.shard_* keys, which stay for sharding by hand (run.distributed: off).
 //
 //   Config config = ...;
 //   const Distributed distributed = start_distributed(config);   // one process: world_size 1
-//   TrainingSetup setup = make_training(config, distributed);    // gradients synchronised
+//   TrainingSetup setup = make_training(resolve_plan(config, distributed), distributed);
 //   if (distributed.writes()) ...                                 // rank 0 writes the run directory
 #pragma once
 
@@ -28,7 +28,6 @@ struct Distributed {
   int64_t world_size() const { return group ? group->world_size() : 1; }
   // Only rank 0 writes the run directory, the log file, metrics and checkpoints.
   bool writes() const { return rank() == 0; }
-  int64_t shards(const Config& config) const { return shards_of(config, world_size()); }
 };
 
 // Resolves run.device and, when run.distributed is auto and the launcher's environment names a world

@@ -7,8 +7,11 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/augmented_source.h"
+#include "data/batch_ops.h"
 #include "data/cache.h"
 #include "data/pipeline.h"
+#include "data/random.h"
+#include "data/sampler.h"
 
 namespace stoker {
 
@@ -63,7 +66,7 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<
   data::LoaderContext context;
   context.rank = ranks.rank;
   context.world_size = ranks.world_size;
-  context.step_batches = accumulate_steps_of(config, ranks.world_size);
+  context.step_batches = ranks.step_batches;
   context.seed = config.run.seed;
   context.device = device;
   context.channels_last = config.train.channels_last;
@@ -81,21 +84,51 @@ std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<
 
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
                                           const std::string& split, bool output_uint8) {
-  return make_loader(config, make_dataset(config, split), device, split, output_uint8);
+  DataRanks alone;
+  alone.step_batches = batch_arithmetic(config).accumulate_steps;
+  return make_loader(config, make_dataset(config, split), device, split, output_uint8, alone);
 }
+
+DataRanks data_ranks(const RunPlan& plan) { return {plan.rank, plan.world_size, plan.batches.accumulate_steps}; }
+
+int64_t training_batches_per_epoch(const Config& config, const data::Dataset& train, const DataRanks& ranks) {
+  data::LoaderContext context;
+  context.rank = ranks.rank;
+  context.world_size = ranks.world_size;
+  context.step_batches = ranks.step_batches;
+  context.seed = config.run.seed;
+  const data::LoaderOptions o = data::loader_options(config.data, "train", context);
+  const int64_t per_rank = train.size() / std::max<int64_t>(1, ranks.world_size);
+  STOKER_CHECK(!config.data.drop_last || per_rank >= config.data.batch_size,
+               "data.batch_size ({}) is more than the {} training samples{}: with data.drop_last an epoch would have "
+               "no batch; lower data.batch_size to at most {}, or set data.drop_last: false to train on one partial "
+               "batch",
+               config.data.batch_size, per_rank,
+               ranks.world_size > 1 ? fmt::format(" each of the {} ranks has", ranks.world_size) : std::string(""),
+               per_rank);
+  return data::Sampler(train.size(), o.sampler()).num_batches();
+}
+
+namespace {
+data::BatchOpContext batch_op_context(const Config& config, int64_t rank) {
+  data::BatchOpContext c;
+  c.seed = data::mix_seed(config.run.seed, static_cast<uint64_t>(rank));
+  c.num_classes = config.data.num_classes;
+  c.label_smoothing = config.train.label_smoothing;
+  c.batch_size = config.data.batch_size;
+  return c;
+}
+}  // namespace
 
 std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::shared_ptr<data::BatchSource> train,
                                                     int64_t rank) {
+  if (config.data.batch_ops.empty()) return train;
   std::vector<data::BatchOp> ops;
-  const uint64_t seed = data::mix_seed(config.run.seed, static_cast<uint64_t>(rank));
-  // Erasing first, as timm erases in the per-sample transforms, before the loop mixes the batch.
-  if (config.data.random_erasing.enabled()) {
-    ops.push_back(data::random_erasing_op(config.data.random_erasing, seed, config.data.batch_size));
+  try {
+    ops = data::make_batch_ops(config.data.batch_ops, batch_op_context(config, rank));
+  } catch (const Error& e) {
+    throw Error(fmt::format("data.{}", e.what()));
   }
-  if (config.data.mixup.enabled()) {
-    ops.push_back(data::mixup_op(config.data.mixup, config.data.num_classes, config.train.label_smoothing, seed));
-  }
-  if (ops.empty()) return train;
   return std::make_shared<data::AugmentedSource>(std::move(train), std::move(ops));
 }
 
@@ -112,15 +145,8 @@ std::vector<std::string> describe_training_augment(const Config& config) {
     lines.push_back(fmt::format("data.eval_size: evaluation crops of {} pixels (data.eval_transforms as {})",
                                 config.data.eval_size, describe_transforms(data::eval_transforms_of(config.data))));
   }
-  if (config.data.random_erasing.enabled()) {
-    lines.push_back(fmt::format("data.random_erasing: {}, on the device after normalisation",
-                                config.data.random_erasing.describe()));
-  }
-  if (config.data.mixup.enabled()) {
-    lines.push_back(fmt::format(
-        "data.mixup: {}; the training targets are soft labels (train.label_smoothing {:g} folded in) and train/loss "
-        "is measured against them; training top-1 is against each sample's dominant label (the larger share of its mixed target), the test metrics use the true labels",
-        config.data.mixup.describe(), config.train.label_smoothing));
+  for (std::string& line : data::describe_batch_ops(config.data.batch_ops, batch_op_context(config, 0))) {
+    lines.push_back(std::move(line));
   }
   return lines;
 }
@@ -132,10 +158,7 @@ data::InputShape input_shape(const Config& config, std::shared_ptr<data::Dataset
   return {pipeline.channels(), pipeline.out_height(), pipeline.out_width()};
 }
 
-Loaders make_loaders(const Config& config, torch::Device device) {
-  return make_loaders(config, device, make_dataset(config, "train"));
-}
-
+namespace {
 Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
                      const DataRanks& ranks) {
   Loaders loaders;
@@ -153,6 +176,20 @@ Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr
   loaders.pinned = loaders.train->pinned();
   loaders.in_channels = loaders.train->channels();
   return loaders;
+}
+
+}  // namespace
+
+Loaders make_loaders(const Config& config, torch::Device device) {
+  DataRanks alone;
+  alone.step_batches = batch_arithmetic(config).accumulate_steps;
+  return make_loaders(config, device, make_dataset(config, "train"), alone);
+}
+
+Loaders make_loaders(const RunPlan& plan) {
+  STOKER_CHECK(plan.train_set != nullptr, "make_loaders: the plan has no training split (a plan of an application's "
+               "own batch source); build the loaders from the config");
+  return make_loaders(plan.config, plan.device, plan.train_set, data_ranks(plan));
 }
 
 }  // namespace stoker

@@ -12,15 +12,20 @@
 #include "data/batch_source.h"
 #include "data/loader.h"
 #include "recipe/config.h"
+#include "recipe/run_plan.h"
 
 namespace stoker {
 
-// A data-parallel run's place: this process's rank among `world_size` (the process group's; derived,
-// never a user key). Alone: 0 of 1.
+// What the run plan decides for a loader: this process's rank among `world_size` (the process group's;
+// derived, never a user key; alone: 0 of 1) and the batches per optimizer step (a training epoch ends
+// after its last whole step).
 struct DataRanks {
   int64_t rank = 0;
   int64_t world_size = 1;
+  int64_t step_batches = 1;
 };
+// The plan's: its rank, world size and accumulation.
+DataRanks data_ranks(const RunPlan& plan);
 
 // One split ("train" or "test") of the configured data set (data.type and its keys, data.root, the
 // split's limit), checked against data.num_classes.
@@ -31,10 +36,13 @@ std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::str
 std::shared_ptr<data::Loader> make_loader(const Config& config, std::shared_ptr<data::Dataset> dataset,
                                           torch::Device device, const std::string& split,
                                           bool output_uint8 = false, const DataRanks& ranks = {});
-// The same over make_dataset(config, split).
+// The same over make_dataset(config, split), alone (accumulation from the config).
 std::shared_ptr<data::Loader> make_loader(const Config& config, torch::Device device,
                                           const std::string& split, bool output_uint8 = false);
-// The training and test loaders of the configured data set.
+// This rank's training batches per epoch over `train`, without building the loader (the sampler's
+// count); an error naming data.batch_size when the rank's samples are fewer than one batch.
+int64_t training_batches_per_epoch(const Config& config, const data::Dataset& train, const DataRanks& ranks);
+// The training and test loaders of the plan's data set.
 struct Loaders {
   // The training loader at the first epoch's size. make_training drops it (null) once a
   // RetunableLoader around it hands out the training batches (TrainingSetup::train_source).
@@ -42,13 +50,13 @@ struct Loaders {
   int64_t in_channels = 1;
   bool pinned = false;  // the training loader's batch buffers are pinned
 };
+// Alone, over a new training split (tests, benchmarks).
 Loaders make_loaders(const Config& config, torch::Device device);
-// The same with the training split already made (make_dataset), each loader this rank's share.
-Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
-                     const DataRanks& ranks = {});
-// The training source with the configured batch operations on the device (data.random_erasing,
-// then data.mixup), or `train` itself when there are none; their draws are seeded from run.seed and
-// this process's `rank`.
+// The plan's: its training split, this rank's share of each.
+Loaders make_loaders(const RunPlan& plan);
+// The training source with the configured batch operations on the device (data.batch_ops, in
+// order), or `train` itself when there are none; their draws are seeded from run.seed and this
+// process's `rank`.
 std::shared_ptr<data::BatchSource> augment_training(const Config& config, std::shared_ptr<data::BatchSource> train,
                                                     int64_t rank = 0);
 // What those operations do to the training batches and metrics, and the sizes of the training and

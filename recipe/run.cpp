@@ -21,6 +21,7 @@
 #include "recipe/join.h"
 #include "optim/schedule.h"
 #include "recipe/factory.h"
+#include "recipe/resolve.h"
 #include "common/log.h"
 #include "trainer/precision_choice.h"
 #include "observe/environment.h"
@@ -59,32 +60,31 @@ fs::path run_dir_of(const fs::path& checkpoint) {
 }
 
 // What the run is about to do, for the console and train.log.
-void log_run_start(const Config& config, const TrainingSetup& setup, const fs::path& run_dir) {
+void log_run_start(const TrainingSetup& setup, const fs::path& run_dir) {
+  const RunPlan& plan = setup.plan;
+  const Config& config = plan.config;
+  const BatchArithmetic& b = plan.batches;
   Trainer& trainer = *setup.trainer;
-  const Loaders& loaders = setup.loaders;
   const data::BatchSource& train = *setup.train_source;
-  const torch::Device device = setup.device;
-  const int64_t world_size = setup.world_size;
-  const fs::path& outcome_run_dir = run_dir;
+  const torch::Device device = plan.device;
   size_t params = 0;
   for (const auto& p : trainer.module().parameters()) params += p.numel();
-  logger().info("run directory: {}", outcome_run_dir.string());
+  logger().info("run directory: {}", run_dir.string());
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type(), params / 1e6);
-  if (setup.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
-  setup.precision.log();  // names the hardware itself
+  if (plan.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
+  plan.precision.log();  // names the hardware itself
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
                 "epochs; {} loader worker(s){}",
-                train.num_samples(), loaders.test->num_samples(), config.data.dataset.type(),
+                train.num_samples(), setup.loaders.test->num_samples(), config.data.dataset.type(),
                 train.out_height(), train.out_width(), train.channels(),
                 config.data.dataset.type() == "synthetic" ? std::string("generated samples") : config.data.root,
-                trainer.steps_per_epoch(), config.train.epochs, config.data.workers,
-                loaders.pinned ? ", pinned batch buffers, device prefetch" : "");
+                plan.steps_per_epoch, config.train.epochs, config.data.workers,
+                setup.loaders.pinned ? ", pinned batch buffers, device prefetch" : "");
   if (config.optimizer.lr_reference_batch > 0) {
-    logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}",
-                  effective_lr(config, world_size), config.optimizer.lr, global_batch_size(config, world_size),
-                  config.optimizer.lr_reference_batch);
+    logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}", b.lr,
+                  config.optimizer.lr, b.global_batch, config.optimizer.lr_reference_batch);
   }
   logger().info("schedule: {}", describe_schedule(config.schedule));
   for (const std::string& line : describe_training_augment(config)) logger().info("{}", line);
@@ -92,12 +92,9 @@ void log_run_start(const Config& config, const TrainingSetup& setup, const fs::p
     logger().info("EMA of the weights: decay {:g}{}, evaluated after every epoch", config.train.ema_decay,
                   config.train.ema_warmup ? " (with warm-up)" : "");
   }
-
   logger().info("{}; {} batch(es) of {} per optimizer step ({} samples{})", trainer.precision_summary(),
-                trainer.accumulate_steps(), config.data.batch_size,
-                trainer.accumulate_steps() * config.data.batch_size * shards_of(config, world_size),
-                shards_of(config, world_size) > 1 ? " across all shards" : "");
-
+                b.accumulate_steps, config.data.batch_size, b.global_batch,
+                b.shards > 1 ? " across all shards" : "");
 }
 
 // The checkpoint a run resumes from and the config saved in it (none in checkpoints written without
@@ -139,18 +136,19 @@ void keep_autotuned(Config& config, const ResumeSource& source) {
                 saved.cache == data::DataCache::kNone ? "none" : data::cache_level_name(data::cache_level_of(saved.cache)));
 }
 
-// data.autotune: start on a new run: the request's hook tunes the loader settings (one process only).
-std::optional<AutotuneOutcome> autotune_new_run(const TrainRequest& request, Config& config,
+// data.autotune: start on a new run: the request's hook tunes the loader settings (one process only)
+// and the plan takes them.
+std::optional<AutotuneOutcome> autotune_new_run(const TrainRequest& request, RunPlan& plan,
                                                 const Distributed& distributed) {
-  if (config.data.autotune != "start") return std::nullopt;
+  if (plan.config.data.autotune != "start") return std::nullopt;
   STOKER_CHECK(request.autotune, "data.autotune: start needs the doctor: this program does not set "
                "TrainRequest::autotune (stoker::autotune_at_start, doctor/autotune.h); set data.autotune: off");
   STOKER_CHECK(distributed.world_size() == 1,
                "data.autotune: start tunes one process's loader, and this run has {} ranks; tune on one of "
                "its machines with `trainer doctor --config RECIPE --tune --write RECIPE` and set data.autotune: off",
                distributed.world_size());
-  AutotuneOutcome out = request.autotune(config);
-  config = out.config;
+  AutotuneOutcome out = request.autotune(plan);
+  apply_loader_settings(plan, out.config);
   return out;
 }
 
@@ -210,9 +208,10 @@ TrainingDiverged diverged(const NonfiniteError& e, const Config& config,
 // resumed at (0 for a new run). A run resumed with another optimizer.type (a change
 // --allow-config-change let through) starts the new optimizer's state afresh: the checkpoint holds
 // the old type's.
-int64_t start_or_resume(Trainer& trainer, const Config& config, const std::optional<ResumeSource>& resume,
+int64_t start_or_resume(Trainer& trainer, const RunPlan& plan, const std::optional<ResumeSource>& resume,
                         const std::vector<std::string>& config_changes, const fs::path& run_dir) {
-  const std::string resolved = config_to_yaml(config);
+  const Config& config = plan.config;
+  const std::string& resolved = plan.yaml;
   logger().debug("resolved config:\n{}", resolved);
   if (!resume) {
     if (!run_dir.empty()) write_file_atomically(run_dir / "config.yaml", resolved);
@@ -264,19 +263,20 @@ auto naming_peers(const Distributed& d, F f) -> decltype(f()) {
 // The run's callbacks: stopping on signals and early stopping on every rank; logging, metrics,
 // checkpoints and the trace where the run directory is written (`run_dir` empty: a rank that does
 // not write). Returns the checkpoint callback (nullptr on such a rank).
-std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Config& config, const fs::path& run_dir,
-                                                      bool live_progress, const data::InputShape& shape,
-                                                      torch::Device device) {
+std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const RunPlan& plan, const fs::path& run_dir,
+                                                      bool live_progress, const data::InputShape& shape) {
+  const Config& config = plan.config;
   trainer.add_callback(std::make_shared<StopOnSignalCallback>());
   if (config.logging.sample_digests) add_sample_digest_log(trainer);
   std::shared_ptr<CheckpointCallback> checkpoints;
   if (!run_dir.empty()) {
-    const Efficiency efficiency = measure_efficiency(config, shape, device);
-    const std::shared_ptr<MetricsLogger> metrics =
-        add_run_metrics(trainer, config, run_dir, live_progress, efficiency, device);
+    check_stop_requested("counting the model's FLOPs (logging.flops)");
+    const Efficiency efficiency = measure_efficiency(config, shape, plan.device);
+    const std::shared_ptr<MetricsLogger> metrics = add_run_metrics(trainer, plan, run_dir, live_progress, efficiency);
     if (auto by_epoch = training_flops_by_epoch(config, shape.channels)) {
       metrics->set_flops_at_epoch(std::move(by_epoch));
     }
+    check_stop_requested("counting the model's FLOPs (logging.flops)");
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
   }
@@ -313,10 +313,11 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
     keep_autotuned(config, *resume);
     config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
+  RunPlan plan = resolve_plan(config, distributed);
   std::optional<AutotuneOutcome> tuned;
-  if (!resume) tuned = autotune_new_run(request, config, distributed);
-  TrainingSetup setup = make_training(config, distributed);
-  config = setup.config;  // train.precision: auto resolved
+  if (!resume) tuned = autotune_new_run(request, plan, distributed);
+  TrainingSetup setup = make_training(plan, distributed);
+  config = plan.config;  // train.precision: auto resolved, the loader as autotune chose it
   Trainer& trainer = *setup.trainer;
 
   TrainOutcome outcome;
@@ -332,13 +333,13 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
     if (writes) write_file_atomically(outcome.run_dir / "doctor.json", tuned->doctor_json);
   }
   const int64_t resumed_step =
-      start_or_resume(trainer, config, resume, config_changes, writes ? outcome.run_dir : fs::path());
-  if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, setup.device);
+      start_or_resume(trainer, plan, resume, config_changes, writes ? outcome.run_dir : fs::path());
+  if (writes && !fs::exists(outcome.run_dir / "environment.json")) write_environment(outcome.run_dir, plan.device);
 
-  log_run_start(config, setup, outcome.run_dir);
+  log_run_start(setup, outcome.run_dir);
   const std::shared_ptr<CheckpointCallback> checkpoints =
-      add_run_callbacks(trainer, config, writes ? outcome.run_dir : fs::path(), request.live_progress,
-                        setup.train_source->shape(), setup.device);
+      add_run_callbacks(trainer, plan, writes ? outcome.run_dir : fs::path(), request.live_progress,
+                        setup.train_source->shape());
 
   if (trainer.state().epoch >= config.train.epochs) {
     logger().info("the run already finished {} epoch(s); raise train.epochs to train further "

@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "distributed/process_group.h"
 #include "recipe/config.h"
+#include "recipe/run_plan.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
@@ -38,11 +39,11 @@ struct TrainRequest {
   // How `config` was made (parse_config's notes: keys a --set type switch dropped), logged once the
   // run's log file is open, so that train.log holds them too.
   std::vector<std::string> config_notes;
-  // data.autotune: start, called once before a new run's first epoch with its config (a resumed run
-  // keeps the values its saved config holds instead). recipe/ cannot call the doctor, which comes
+  // data.autotune: start, called once before a new run's first epoch with its resolved plan (a resumed
+  // run keeps the values its saved config holds instead). recipe/ cannot call the doctor, which comes
   // after it: programs that link the doctor set it to stoker::autotune_at_start (doctor/autotune.h),
   // as `trainer` does; a run asking for autotune without it is an error.
-  std::function<AutotuneOutcome(const Config&)> autotune;
+  std::function<AutotuneOutcome(const RunPlan&)> autotune;
   // Under a launcher: the process group's options (its timeout; bench/dist_sync_bench.cpp compares
   // the gradient-sync variants with them).
   distributed::ProcessGroupOptions process_group;

@@ -5,12 +5,10 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "observe/console.h"
-#include "observe/metrics_file.h"
-#include "observe/mlflow.h"
+#include "common/error.h"
+#include "observe/sinks.h"
 #include "observe/telemetry.h"
-#include "observe/tensorboard.h"
-#include "recipe/factory.h"
+#include "recipe/parts.h"
 #include "trainer/keep_rng.h"
 
 namespace stoker {
@@ -32,7 +30,7 @@ std::function<double(int64_t)> training_flops_by_epoch(const Config& config, int
   for (int64_t epoch = 0; epoch < config.train.epochs; ++epoch) {
     const int64_t size = schedule.size_at(epoch);
     if (by_size.count(size) > 0) continue;
-    by_size[size] = 3 * models::count_forward_flops(model, {channels, size, size}).flops();
+    by_size[size] = models::training_flops_per_sample(model, {channels, size, size});
   }
   return [schedule, by_size](int64_t epoch) {
     const auto found = by_size.find(schedule.size_at(epoch));
@@ -40,49 +38,30 @@ std::function<double(int64_t)> training_flops_by_epoch(const Config& config, int
   };
 }
 
-namespace {
-
-// logging.mlflow as the MLflow sink's options: the experiment defaults to run.name and the run's name
-// to the run directory's <run.name>/<timestamp>; the params are the resolved config.
-MlflowOptions mlflow_options(const Config& config, const fs::path& run_dir) {
-  const MlflowLoggingOptions& mlflow = config.logging.mlflow;
-  MlflowOptions options;
-  options.set_tracking_uri(mlflow.tracking_uri)
-      .set_experiment(mlflow.experiment.empty() ? config.run.name : mlflow.experiment)
-      .set_run_name(mlflow.run_name.empty() ? config.run.name + "/" + run_dir.filename().string() : mlflow.run_name);
-  options.params = flatten_params(config_to_yaml(config));
-  options.tags = run_tags(run_dir);
-  options.artifacts = run_artifacts(run_dir);
-  return options;
-}
-
-}  // namespace
-
-std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config, const fs::path& run_dir,
-                                               bool live_progress, const Efficiency& efficiency,
-                                               torch::Device device) {
+std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const RunPlan& plan, const fs::path& run_dir,
+                                               bool live_progress, const Efficiency& efficiency) {
+  const Config& config = plan.config;
   MetricsOptions options;
   options.set_log_every_steps(config.train.log_every_steps)
       .set_flops(efficiency.train_flops_per_sample, efficiency.peak_flops);
   if (config.logging.telemetry) {
     TelemetryOptions telemetry;
     telemetry.interval_s = config.logging.telemetry_interval_s;
-    std::shared_ptr<TelemetrySampler> sampler = start_gpu_telemetry(device, telemetry);
+    std::shared_ptr<TelemetrySampler> sampler = start_gpu_telemetry(plan.device, telemetry);
     if (sampler) options.set_telemetry([sampler] { return sampler->take_mean(); });
   }
   auto metrics = std::make_shared<MetricsLogger>(options);
-  metrics->add_sink(std::make_shared<MetricsFileSink>(run_dir / "metrics.jsonl"));
-  metrics->add_sink(std::make_shared<ConsoleSink>(live_progress, config.train.log_every_steps));
-  if (config.logging.tensorboard) {
-    auto tensorboard = std::make_shared<TensorBoardSink>(run_dir / "tb");
-    logger().info("TensorBoard: {} (tensorboard --logdir {})", tensorboard->writer().path().string(), config.run.dir);
-    metrics->add_sink(tensorboard);
-  }
-  if (!config.logging.mlflow.tracking_uri.empty()) {
-    const MlflowOptions mlflow = mlflow_options(config, run_dir);
-    logger().info("MLflow: sending the run to {} (experiment '{}', run '{}')", mlflow.tracking_uri, mlflow.experiment,
-                  mlflow.run_name);
-    metrics->add_sink(std::make_shared<MlflowSink>(mlflow));
+  SinkContext context;
+  context.run_dir = run_dir;
+  context.run_name = config.run.name;
+  context.runs_dir = config.run.dir;
+  context.config_yaml = plan.yaml;
+  context.log_every_steps = config.train.log_every_steps;
+  context.live_progress = live_progress;
+  try {
+    for (auto& sink : make_sinks(config.logging.sinks, context)) metrics->add_sink(std::move(sink));
+  } catch (const Error& e) {
+    throw Error(fmt::format("logging.{}", e.what()));
   }
   trainer.add_callback(metrics);
   return metrics;

@@ -1,7 +1,7 @@
-// What a `trainer` run records, wired from its config (README "Watching a run"): the model's
-// FLOPs and the device's peak (observe/efficiency.h), GPU telemetry (observe/telemetry.h) and the
-// MetricsLogger with its sinks (observe/metrics.h): metrics.jsonl, the console, TensorBoard
-// (logging.tensorboard) and MLflow (logging.mlflow).
+// What a `trainer` run records, wired from its plan (README "Watching a run"): the model's FLOPs and
+// the device's peak (observe/efficiency.h), GPU telemetry (observe/telemetry.h) and the
+// MetricsLogger with the sinks logging.sinks lists (observe/sinks.h: metrics.jsonl, the console,
+// TensorBoard, MLflow, or an application's own).
 #pragma once
 
 #include <filesystem>
@@ -13,6 +13,7 @@
 #include "observe/efficiency.h"
 #include "observe/metrics.h"
 #include "recipe/config.h"
+#include "recipe/run_plan.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
@@ -25,13 +26,12 @@ Efficiency measure_efficiency(const Config& config, const data::InputShape& shap
 // the model's counted once at each size the schedule reaches in train.epochs; else empty.
 std::function<double(int64_t epoch)> training_flops_by_epoch(const Config& config, int64_t channels);
 
-// The run's MetricsLogger: metrics.jsonl and the console always, TensorBoard with
-// logging.tensorboard (<run_dir>/tb/), MLflow with logging.mlflow.tracking_uri, GPU telemetry with
-// logging.telemetry on CUDA. Added to
-// `trainer`; returned so that the caller can add sinks of its own.
-std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const Config& config,
+// The run's MetricsLogger with every sink logging.sinks lists (each made by its registered type from
+// one SinkContext), GPU telemetry with logging.telemetry on CUDA. Added to `trainer`; returned so
+// that the caller can add sinks of its own.
+std::shared_ptr<MetricsLogger> add_run_metrics(Trainer& trainer, const RunPlan& plan,
                                                const std::filesystem::path& run_dir, bool live_progress,
-                                               const Efficiency& efficiency, torch::Device device);
+                                               const Efficiency& efficiency);
 
 // logging.sample_digests: logs each optimizer step's StepInfo::samples_digest on this rank, as
 // "samples of step S (epoch E, batch B): digest 0123456789abcdef".

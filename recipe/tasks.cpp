@@ -15,6 +15,7 @@
 #include "models/state_dict.h"
 #include "models/torchscript.h"
 #include "optim/ema.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 

@@ -30,21 +30,24 @@ YAML::Node child(const YAML::Node& node, const std::string& key) {
   return YAML::Node(node[key]);
 }
 
-// Levenshtein distance between two keys, ignoring case.
+// Edit distance between two keys, ignoring case: insertions, deletions, substitutions and swaps of two
+// neighbouring letters (the optimal string alignment distance), so that `trian` is one edit from `train`.
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  const auto same = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  };
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
-      diagonal = above;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1])) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 // The known key `name` was probably meant to be: the nearest within an edit or two (one for names of
@@ -227,6 +230,11 @@ void YamlReader::field(const char* key, uint64_t& value, const Rule& rule) { rea
 // gets the key path and line of the mapping it came from.
 void YamlReader::visit_type(TypedOptions& value, const std::string& path, const YAML::Node& at) {
   value.options().visit(*this);
+  if (defer_check_) return;  // typed_list checks the item's keys first, then the options (check_type)
+  check_type(value, path, at);
+}
+
+void YamlReader::check_type(const TypedOptions& value, const std::string& path, const YAML::Node& at) const {
   try {
     value.options().check();
   } catch (const Error& e) {
@@ -316,8 +324,12 @@ void YamlReader::typed_list(const char* key, std::vector<TypedOptions>& list, co
     }
     frames_.push_back(std::make_shared<Frame>(item, at));
     TypedOptions value;
+    // An unknown key (a misspelt one) is reported before the options' own checks, which it may explain.
+    defer_check_ = true;
     typed(value, catalog, TypedLayout::kBeside);
+    defer_check_ = false;
     check_unknown_keys(top());
+    check_type(value, at, item);
     frames_.pop_back();
     items.push_back(std::move(value));
   }

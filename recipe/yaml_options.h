@@ -71,6 +71,7 @@ class YamlReader : public OptionsVisitor {
   struct Frame;
   Frame& top();
   void visit_type(TypedOptions& value, const std::string& path, const YAML::Node& at);
+  void check_type(const TypedOptions& value, const std::string& path, const YAML::Node& at) const;
   void drop_old_type_keys(Frame& frame, const TypeCatalog& catalog, TypedLayout layout, const std::string& default_type);
   std::string unknown_key_message(const Frame& frame, const std::string& name) const;
   template <typename T>
@@ -87,6 +88,7 @@ class YamlReader : public OptionsVisitor {
   AppliedOverrides overrides_;
   std::vector<std::string> notes_;
   std::vector<std::shared_ptr<Frame>> frames_;
+  bool defer_check_ = false;  // visit_type leaves check() to typed_list
 };
 
 class YamlWriter : public OptionsVisitor {

@@ -3,9 +3,10 @@
 
 Each folder may include only itself and the folders before it in the dependency order
 
-    common -> kernels -> {data, models, optim} -> distributed -> trainer -> observe -> recipe -> doctor -> apps
+    common -> kernels -> {data, models, optim} -> trainer -> observe -> recipe -> doctor -> apps
+    common -> distributed -> trainer
 
-(data, models and optim are siblings: none includes another), and no two files may include each
+(data, models and optim are siblings: none includes another; distributed includes common only), and no two files may include each
 other in a circle. The build enforces the first as well (each folder's library target compiles
 against a view of the tree holding only the folders it may include); this names the file and line.
 
@@ -15,8 +16,11 @@ import pathlib
 import re
 import sys
 
-ORDER = [["common"], ["kernels"], ["data", "models", "optim"], ["distributed"], ["trainer"], ["observe"],
+ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["trainer"], ["observe"],
          ["recipe"], ["doctor"], ["apps"]]
+# What a folder may include beyond the order: distributed/ sits beside data/, models/ and optim/ but
+# knows nothing of kernels either (processes and collectives only).
+ONLY = {"distributed": {"common", "distributed"}}
 RANK = {folder: level for level, folders in enumerate(ORDER) for folder in folders}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')
 
@@ -38,8 +42,11 @@ def check(root):
             if not m or m.group(1) not in RANK:
                 continue
             target = m.group(1)
-            allowed = target == folder or RANK[target] < RANK[folder]
-            if not allowed:
+            allowed = (target in ONLY[folder]) if folder in ONLY else (target == folder or RANK[target] < RANK[folder])
+            if not allowed and folder in ONLY:
+                problems.append(f"{rel}:{number}: {folder}/ includes {target}/ ({m.group(1)}/{m.group(2)}), but "
+                                f"{folder}/ may include only {', '.join(sorted(ONLY[folder]))}; pass what it needs in")
+            elif not allowed:
                 problems.append(f"{rel}:{number}: {folder}/ includes {target}/ ({m.group(1)}/{m.group(2)}), which "
                                 f"comes {'beside' if RANK[target] == RANK[folder] else 'after'} it in the order "
                                 f"{' -> '.join('{' + ', '.join(f) + '}' if len(f) > 1 else f[0] for f in ORDER)}; "

@@ -1,16 +1,18 @@
 #include "trainer/callbacks.h"
 
-#include "common/trace.h"
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <csignal>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "trainer/evaluate.h"
 
 namespace stoker {
@@ -107,6 +109,10 @@ std::atomic<bool> g_stop_signal{false};
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(true);
   std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+  static const char kSaid[] =
+      "\nstoker: stop requested: stopping after the current step (send it again to end at once)\n";
+  const ssize_t written = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);  // async-signal-safe
+  (void)written;
 }
 }  // namespace
 
@@ -116,6 +122,15 @@ void install_stop_signal_handlers() {
 }
 
 bool stop_signal_received() { return g_stop_signal.load(); }
+
+void reset_stop_signal() { g_stop_signal.store(false); }
+
+void check_stop_requested(const std::string& phase) {
+  if (!g_stop_signal.load()) return;
+  throw StopRequested(fmt::format("stopped by a signal (Ctrl-C or SIGTERM) during {}, before training started; "
+                                  "nothing was trained or written",
+                                  phase));
+}
 
 void StopOnSignalCallback::on_train_step_end(Trainer& trainer, const StepInfo&) {
   if (g_stop_signal.load()) trainer.request_stop();

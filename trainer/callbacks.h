@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
@@ -91,10 +92,22 @@ class TraceCallback : public Callback {
   bool recording_ = false, written_ = false;
 };
 
-// Installs SIGINT/SIGTERM handlers that ask the Trainer to stop after its current step (a second
-// signal ends the process at once). Returns true once a stop signal arrived.
+// Installs SIGINT/SIGTERM handlers that ask the Trainer to stop after its current step, and the
+// start-up phases (the precision trial, autotune, the FLOPs count) after their current step: the first
+// signal says so on stderr; a second one ends the process at once.
 void install_stop_signal_handlers();
 bool stop_signal_received();
+// Forgets a stop signal that arrived (a program that handled the stop and goes on to train again).
+void reset_stop_signal();
+
+// A stop signal arrived during a start-up phase: nothing was trained or written.
+class StopRequested : public Error {
+ public:
+  using Error::Error;
+};
+// Throws StopRequested naming `phase` ("the precision trial") when a stop signal has arrived; the
+// start-up phases call it between their steps.
+void check_stop_requested(const std::string& phase);
 
 // Calls trainer.request_stop() once a stop signal has arrived.
 class StopOnSignalCallback : public Callback {

@@ -127,7 +127,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
                options_.accumulate_steps);
   STOKER_CHECK(options_.precision != Precision::kAuto,
                "Trainer: TrainerOptions::precision is auto, a request the run resolves for its device; pick one "
-               "with stoker::choose_precision (trainer/precision_choice.h) or name a precision");
+               "with stoker::decide_precision (recipe/precision_trial.h) or name a precision");
   check_model_placement(module(), options_);
   watch_ = std::make_unique<NonfiniteWatch>(options_.nonfinite, options_.device);  // allocates on the device
   train_correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
@@ -151,7 +151,7 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 }
 
 int64_t Trainer::steps_per_epoch() const {
-  return (train_->num_batches() + options_.accumulate_steps - 1) / options_.accumulate_steps;
+  return optimizer_steps_per_epoch(train_->num_batches(), options_.accumulate_steps);
 }
 
 double Trainer::lr_at(int64_t step) const {

@@ -106,6 +106,12 @@ struct TrainerParts {
 };
 
 class Trainer;
+
+// Optimizer steps in an epoch of `batches` batches, `accumulate_steps` to a step (a last, shorter group
+// steps too): the one computation, which the Trainer and the run plan (recipe/run_plan.h) both read.
+inline int64_t optimizer_steps_per_epoch(int64_t batches, int64_t accumulate_steps) {
+  return (batches + accumulate_steps - 1) / accumulate_steps;
+}
 class CudaGraphStep;
 class GpuIdleMeter;
 

@@ -215,12 +215,12 @@ int main(int argc, char** argv) {
 
     // ---- 5. the application's own model on tensors it holds, no evaluation source ----
     auto [images, labels] = bars_tensors(2000, 12, /*seed=*/3);
-    auto data = std::make_shared<stoker::data::TensorBatches>(images, labels, 32, setup.device);
-    auto trainer = stoker::make_trainer(config, torch::nn::AnyModule(BarNet(1, 8, 2)), data, nullptr, setup.device);
+    auto data = std::make_shared<stoker::data::TensorBatches>(images, labels, 32, setup.plan.device);
+    auto trainer = stoker::make_trainer(config, torch::nn::AnyModule(BarNet(1, 8, 2)), data, nullptr, setup.plan.device);
     trainer->fit();
     // (Evaluated here by hand on fresh tensors: the Trainer had no evaluation source.)
     auto [test_images, test_labels] = bars_tensors(1000, 12, /*seed=*/4);
-    stoker::data::TensorBatches test(test_images, test_labels, 500, setup.device, /*shuffle=*/false);
+    stoker::data::TensorBatches test(test_images, test_labels, 500, setup.plan.device, /*shuffle=*/false);
     trainer->module().eval();
     const double in_memory = stoker::evaluate_model([&](const torch::Tensor& x) { return trainer->forward(x); }, test).top1;
     std::printf("in-memory tensors: test accuracy %.1f%%: %s\n", 100.0 * in_memory,

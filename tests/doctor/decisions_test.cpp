@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "optim/optim.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -83,7 +84,7 @@ TEST(DoctorKnee, TheLearningRateFollowsTheRecipesRule) {
   // The Adam family: the square root of the ratio.
   const LrRescale adam = rescale_lr(recipe("adamw", 64, 0.001), 256);
   EXPECT_DOUBLE_EQ(adam.lr, 0.002);
-  EXPECT_CONTAINS(adam.rule, "square-root scaling for the Adam family (adamw)");
+  EXPECT_CONTAINS(adam.rule, "square-root scaling for adamw (its type's rule)");
   // SGD: linear, down as well as up.
   EXPECT_DOUBLE_EQ(rescale_lr(recipe("sgd", 64, 0.1), 16).lr, 0.025);
   // optimizer.lr_reference_batch: the run scales it itself, so optimizer.lr is not set.
@@ -94,11 +95,31 @@ TEST(DoctorKnee, TheLearningRateFollowsTheRecipesRule) {
   EXPECT_CONTAINS(reference.rule, "effective 0.05 at batch 128");
 }
 
+// The rule is the optimizer type's (OptimizerType::lr_scaling), not a guess from its name: an
+// application's optimizer says its own, and one that says none keeps optimizer.lr.
+TEST(DoctorKnee, TheRuleIsTheOptimizerTypes) {
+  for (const auto& [name, scaling] : {std::pair<std::string, LrScaling>{"test_adam_linear", LrScaling::kLinear},
+                                      {"test_unknown_rule", LrScaling::kNone}}) {
+    if (!optimizer_registry().contains(name)) {
+      OptimizerType type = optimizer_registry().get("adamw");
+      type.lr_scaling = scaling;
+      optimizer_registry().add(name, type);
+    }
+  }
+  EXPECT_DOUBLE_EQ(rescale_lr(recipe("test_adam_linear", 64, 0.001), 256).lr, 0.004);
+  EXPECT_CONTAINS(rescale_lr(recipe("test_adam_linear", 64, 0.001), 256).rule, "linear scaling for test_adam_linear");
+  const LrRescale none = rescale_lr(recipe("test_unknown_rule", 64, 0.001), 256);
+  EXPECT_DOUBLE_EQ(none.lr, 0.001);
+  EXPECT_FALSE(none.changed);
+  EXPECT_CONTAINS(none.rule, "no scaling rule is known for optimizer.type test_unknown_rule");
+  EXPECT_EQ(optimizer_registry().get("lamb").lr_scaling, LrScaling::kSqrt);
+}
+
 TEST(DoctorKnee, AnEffectiveBatchSizeKeepsTheRateAndOnlyItsDivisorsAreChosen) {
   const Config c = recipe("sgd", 32, 0.1, "train: {effective_batch_size: 256}");
   const BatchChoice choice = choose_batch(c, sweep({{32, 100}, {64, 150}, {128, 200}, {512, 400}}));
   EXPECT_EQ(choice.batch_size, 128) << all(choice);  // 512 does not divide 256
-  EXPECT_CONTAINS(all(choice), "batch 512 left out: train.effective_batch_size 256 is not a multiple of it");
+  EXPECT_CONTAINS(all(choice), "batch 512 left out: train.effective_batch_size (256) must be a multiple of data.batch_size x data.shard_count (512 x 1 = 512)");
   EXPECT_FALSE(choice.lr.changed);
   EXPECT_CONTAINS(choice.lr.rule, "keeps 256 samples per optimizer step");
   EXPECT_EQ(choice.set_line(), "--set data.batch_size=128");

@@ -7,6 +7,7 @@
 // params, its artifacts and status FINISHED; a server killed mid-run leaves training going and the
 // unsent count in the log.
 #include "observe/mlflow.h"
+#include "observe/sinks.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -303,8 +304,9 @@ class MlflowPython : public ::testing::Test {
     r.config = testing::tiny_config(data, runs);
     r.config.train.epochs = epochs;
     r.config.train.log_every_steps = 2;
-    r.config.logging.tensorboard = false;
-    r.config.logging.mlflow.tracking_uri = server_->uri();
+    TypedOptions mlflow = make_sink_options("mlflow");
+    mlflow.as<MlflowSinkOptions>().tracking_uri = server_->uri();
+    r.config.logging.sinks = {make_sink_options("metrics_file"), make_sink_options("console"), mlflow};
     return r;
   }
 

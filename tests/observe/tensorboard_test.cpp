@@ -2,6 +2,7 @@
 // and (suite TensorBoardPython) TensorBoard's own EventAccumulator reading what the callback wrote,
 // and its record reader rejecting a corrupted record by its CRC; run_training wiring it in (event
 // file, FLOPs and MFU in metrics.jsonl, environment.json), read back by TensorBoard too.
+#include "observe/sinks.h"
 #include "observe/tensorboard.h"
 
 #include <unistd.h>
@@ -112,7 +113,7 @@ TrainOutcome train_one_epoch(const fs::path& data, const fs::path& runs, bool te
   request.config.train.epochs = 1;
   request.config.train.log_every_steps = 3;
   request.config.train.ema_decay = 0.9;
-  request.config.logging.tensorboard = tensorboard;
+  if (!tensorboard) request.config.logging.sinks = {make_sink_options("metrics_file"), make_sink_options("console")};
   return run_training(request);
 }
 

@@ -27,9 +27,9 @@ TEST(AutotuneResume, ResumeKeepsTheTunedValuesAndDoesNotTuneAgain) {
   testing::TempDir data, runs;
   testing::write_synthetic_idx_dataset(data.path(), 128, 64, 12);
   int tunes = 0;
-  auto hook = [&](const Config& c) {
+  auto hook = [&](const RunPlan& plan) {
     ++tunes;
-    return recorded_tune(c);
+    return recorded_tune(plan.config);
   };
   TrainRequest first;
   first.config = testing::tiny_config(data.path(), runs.path());

@@ -2,11 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/torch.h>
+
 #include "common/error.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
+#include "data/transform_options.h"
 #include "models/compact_resnet.h"
 #include "optim/schedule.h"
-#include "data/transform_options.h"
 #include "test_util.h"
+#include "trainer/losses.h"
 
 namespace stoker {
 namespace {
@@ -241,15 +246,23 @@ TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
             "recipe.yaml: model.width at line 1: expected an integer >= 2, got \"1\"");
 }
 
+std::vector<std::string> sink_types(const Config& c) {
+  std::vector<std::string> out;
+  for (const TypedOptions& s : c.logging.sinks) out.push_back(s.type());
+  return out;
+}
+using Types = std::vector<std::string>;
+
 TEST(Config, LoggingSectionAndIdxClassNames) {
   const Config defaults = parse_config("", "r.yaml");
-  EXPECT_TRUE(defaults.logging.tensorboard);
+  EXPECT_EQ(sink_types(defaults), (Types{"metrics_file", "console", "tensorboard"}));
   EXPECT_TRUE(defaults.logging.telemetry);
   EXPECT_TRUE(defaults.logging.flops);
   EXPECT_EQ(defaults.logging.telemetry_interval_s, 1.0);
-  const Config c = parse_config("logging: {tensorboard: false, telemetry_interval_s: 0.5}\n"
+  const Config c = parse_config("logging: {sinks: [{type: metrics_file}, {type: console}], telemetry_interval_s: 0.5}\n"
                                 "data: {idx: {class_names: fashion_mnist}}\n", "r.yaml");
-  EXPECT_FALSE(c.logging.tensorboard);
+  EXPECT_EQ(sink_types(c), (Types{"metrics_file", "console"}));
+  EXPECT_EQ(sink_types(parse_config(config_to_yaml(c), "again.yaml")), (Types{"metrics_file", "console"}));
   EXPECT_EQ(c.logging.telemetry_interval_s, 0.5);
   EXPECT_EQ(c.data.dataset.as<data::IdxOptions>().class_names, "fashion_mnist");
   EXPECT_NE(config_to_yaml(c).find("logging:"), std::string::npos);
@@ -257,26 +270,88 @@ TEST(Config, LoggingSectionAndIdxClassNames) {
             "recipe.yaml: logging.telemetry_interval_s at line 2: expected a positive number, got \"0\"");
   EXPECT_NE(error_of("data:\n  idx: {class_names: digits}\n").find("data.idx.class_names at line 2"),
             std::string::npos);
+  EXPECT_CONTAINS(error_of("logging:\n  sinks: [{type: wandb}]\n"),
+                  "logging.sinks[0].type at line 2: expected a registered metrics sink type (console, metrics_file, "
+                  "mlflow, tensorboard)");
+  EXPECT_CONTAINS(error_of("logging:\n  sinks: [{type: tensorboard, dir: /tmp/tb}]\n"),
+                  "dir (/tmp/tb) must be a folder inside the run directory");
 }
 
-TEST(Config, LoggingMlflowKeys) {
-  const Config defaults = parse_config("", "r.yaml");
-  EXPECT_EQ(defaults.logging.mlflow.tracking_uri, "");  // off
-  EXPECT_EQ(defaults.logging.mlflow.experiment, "");
-  EXPECT_EQ(defaults.logging.mlflow.run_name, "");
-  const Config c = parse_config("logging:\n  mlflow: {tracking_uri: 'http://127.0.0.1:5000', experiment: mnist, "
-                                "run_name: first}\n", "r.yaml");
-  EXPECT_EQ(c.logging.mlflow.tracking_uri, "http://127.0.0.1:5000");
-  EXPECT_EQ(c.logging.mlflow.experiment, "mnist");
-  EXPECT_EQ(c.logging.mlflow.run_name, "first");
+TEST(Config, MlflowSinkKeys) {
+  const Config c = parse_config("logging:\n  sinks:\n    - {type: metrics_file}\n    - {type: mlflow, tracking_uri: "
+                                "'http://127.0.0.1:5000', experiment: mnist, run_name: first}\n",
+                                "r.yaml");
+  ASSERT_EQ(sink_types(c), (Types{"metrics_file", "mlflow"}));
+  EXPECT_EQ(c.logging.sinks[1].as<MlflowSinkOptions>().tracking_uri, "http://127.0.0.1:5000");
+  EXPECT_EQ(c.logging.sinks[1].as<MlflowSinkOptions>().experiment, "mnist");
   const Config again = parse_config(config_to_yaml(c), "saved.yaml");  // written and read back
-  EXPECT_EQ(again.logging.mlflow.tracking_uri, "http://127.0.0.1:5000");
-  EXPECT_EQ(again.logging.mlflow.run_name, "first");
-  EXPECT_EQ(parse_config(config_to_yaml(defaults), "saved.yaml").logging.mlflow.tracking_uri, "");
-  EXPECT_EQ(error_of("logging:\n  mlflow:\n    tracking_uri: localhost:5000\n"),
-            "recipe.yaml: logging.mlflow.tracking_uri at line 3: expected the http:// or https:// address of an "
-            "MLflow tracking server (e.g. http://127.0.0.1:5000), or \"\" for none, got \"localhost:5000\"");
-  EXPECT_CONTAINS(error_of("logging:\n  mlflow: {uri: 'http://x'}\n"), "logging.mlflow.uri");
+  EXPECT_EQ(again.logging.sinks[1].as<MlflowSinkOptions>().run_name, "first");
+  EXPECT_EQ(error_of("logging:\n  sinks:\n    - type: mlflow\n      tracking_uri: localhost:5000\n"),
+            "recipe.yaml: logging.sinks[0].tracking_uri at line 4: expected the http:// or https:// address of an "
+            "MLflow tracking server (e.g. http://127.0.0.1:5000), got \"localhost:5000\"");
+  EXPECT_CONTAINS(error_of("logging:\n  sinks: [{type: mlflow}]\n"), "mlflow needs a tracking_uri");
+  EXPECT_CONTAINS(error_of("logging:\n  sinks: [{type: mlflow, uri: 'http://x'}]\n"), "logging.sinks[0].uri");
+}
+
+// logging.tensorboard and logging.mlflow, as the saved configs of earlier runs hold them, read as the
+// sinks they meant, said in one note; beside logging.sinks they are an error naming both.
+TEST(Config, OldLoggingKeysReadAsSinks) {
+  std::vector<std::string> notes;
+  const Config old = parse_config("logging:\n  tensorboard: true\n  mlflow: {tracking_uri: 'http://127.0.0.1:5000', "
+                                  "experiment: mnist, run_name: ''}\n",
+                                  "saved.yaml", {}, &notes);
+  EXPECT_EQ(sink_types(old), (Types{"metrics_file", "console", "tensorboard", "mlflow"}));
+  EXPECT_EQ(old.logging.sinks[3].as<MlflowSinkOptions>().experiment, "mnist");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "saved.yaml: logging.tensorboard / logging.mlflow (keys of earlier recipes) read as "
+                      "logging.sinks: [metrics_file, console, tensorboard, mlflow]; write that list instead");
+  notes.clear();
+  const Config off = parse_config("logging: {tensorboard: false, mlflow: {tracking_uri: '', experiment: ''}}\n",
+                                  "saved.yaml", {}, &notes);
+  EXPECT_EQ(sink_types(off), (Types{"metrics_file", "console"}));
+  // --set of an old key works on a recipe that does not list its sinks.
+  EXPECT_EQ(sink_types(parse_config("", "r.yaml", {"logging.tensorboard=false"}, &notes)),
+            (Types{"metrics_file", "console"}));
+  EXPECT_CONTAINS(error_of("logging:\n  mlflow:\n    tracking_uri: localhost:5000\n"), "tracking_uri at line 3");
+  EXPECT_CONTAINS(error_of("logging:\n  tensorboard: false\n  sinks: [{type: console}]\n"),
+                  "logging.tensorboard / logging.mlflow and logging.sinks are both given");
+}
+
+// data.random_erasing and data.mixup read as data.batch_ops, in that order; an operation their keys
+// turn off is left out.
+TEST(Config, OldBatchOperationKeysReadAsBatchOps) {
+  std::vector<std::string> notes;
+  const Config c = parse_config("data:\n  mixup: {mixup_alpha: 0.2, cutmix_alpha: 1.0}\n  random_erasing: "
+                                "{probability: 0.25, mode: pixel}\n",
+                                "old.yaml", {}, &notes);
+  ASSERT_EQ(c.data.batch_ops.size(), 2u);
+  EXPECT_EQ(c.data.batch_ops[0].type(), "random_erasing");
+  EXPECT_EQ(c.data.batch_ops[0].as<data::RandomErasingSettings>().mode, "pixel");
+  EXPECT_EQ(c.data.batch_ops[1].as<data::MixupSettings>().cutmix_alpha, 1.0);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_CONTAINS(notes[0], "read as data.batch_ops: [random_erasing, mixup]");
+  const Config off = parse_config("data:\n  mixup: {mixup_alpha: 0, cutmix_alpha: 0, cutmix_minmax: []}\n"
+                                  "  random_erasing: {probability: 0, mode: const}\n",
+                                  "old.yaml", {}, &notes);
+  EXPECT_TRUE(off.data.batch_ops.empty());
+  EXPECT_CONTAINS(error_of("data:\n  mixup: {mixup_alpha: 0.2}\n  batch_ops: []\n"), "are both given");
+  EXPECT_CONTAINS(error_of("data:\n  mixup: {mixup_alpha: 0.2, mode: row}\n"), "mode");
+}
+
+TEST(Config, LossSectionPicksTheTypeAndItsKeys) {
+  const Config plain = parse_config("", "r.yaml");
+  EXPECT_EQ(plain.loss.type(), "cross_entropy");
+  const Config c = parse_config("loss: {type: bce, target_threshold: 0.2}\ntrain: {label_smoothing: 0.1}\n", "r.yaml");
+  EXPECT_EQ(c.loss.type(), "bce");
+  EXPECT_DOUBLE_EQ(c.loss.as<BceKeys>().target_threshold, 0.2);
+  const LossFunction loss = make_loss(c.loss, c.train.label_smoothing);
+  const torch::Tensor logits = torch::tensor({{1.0f, -0.5f, 0.25f}, {0.0f, 2.0f, -1.0f}});
+  const torch::Tensor labels = torch::tensor({2, 1}, torch::kLong);
+  EXPECT_NEAR(loss(logits, labels).item<double>(), bce_loss(logits, labels, 0.1, 0.2).item<double>(), 1e-7);
+  EXPECT_EQ(parse_config(config_to_yaml(c), "again.yaml").loss.type(), "bce");
+  EXPECT_THROW(parse_config("loss: {type: cross_entropy, target_threshold: 0.2}\n", "r.yaml"), Error);
+  EXPECT_THROW(parse_config("loss: {type: bce, target_threshold: 1.5}\n", "r.yaml"), Error);
+  EXPECT_THROW(parse_config("loss: {type: focal}\n", "r.yaml"), Error);
 }
 
 TEST(Config, InvalidYamlNamesLineAndColumn) {
@@ -416,12 +491,23 @@ TEST(Schedule, LinearScalingWithTheGlobalBatch) {
   c.optimizer.lr = 0.1;
   c.data.batch_size = 256;
   c.data.shard_count = 2;
-  EXPECT_EQ(global_batch_size(c), 512);
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.1);  // off
+  EXPECT_EQ(batch_arithmetic(c).global_batch, 512);
+  EXPECT_DOUBLE_EQ(batch_arithmetic(c).lr, 0.1);  // off
   c.optimizer.lr_reference_batch = 128;
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.4);
+  EXPECT_DOUBLE_EQ(batch_arithmetic(c).lr, 0.4);
   c.optimizer.lr_reference_batch = 1024;
-  EXPECT_DOUBLE_EQ(effective_lr(c), 0.05);
+  EXPECT_DOUBLE_EQ(batch_arithmetic(c).lr, 0.05);
+  // Under a launcher the ranks replace data.shard_count; accumulation multiplies the global batch.
+  c.data.shard_count = 1;
+  c.train.effective_batch_size = 2048;
+  const BatchArithmetic four = batch_arithmetic(c, 4);
+  EXPECT_EQ(four.shards, 4);
+  EXPECT_EQ(four.accumulate_steps, 2);
+  EXPECT_EQ(four.global_batch, 2048);
+  EXPECT_DOUBLE_EQ(four.lr, 0.2);
+  c.train.effective_batch_size = 1000;
+  EXPECT_CONTAINS(batch_arithmetic(c, 4).problem, "train.effective_batch_size (1000) must be a multiple of "
+                                                  "data.batch_size x the ranks (256 x 4 = 1024); use 1024 or 1024");
 }
 
 // An application's own schedule type, registered by name, is what the config's schedule.type selects.

@@ -65,9 +65,9 @@ TEST(Distributed, RanksAreDerivedContextNotConfigKeys) {
   EXPECT_TRUE(train.even_shards);
   EXPECT_EQ(config.data.shard_count, 1);
   EXPECT_EQ(config_to_yaml(config).find("shard_count: 2"), std::string::npos);
-  EXPECT_EQ(accumulate_steps_of(config, 2), 2);  // 128 = 32 x 2 ranks x 2
-  EXPECT_EQ(global_batch_size(config, 2), 128);
-  EXPECT_EQ(accumulate_steps_of(config), 4);  // alone: 32 x 4
+  EXPECT_EQ(batch_arithmetic(config, 2).accumulate_steps, 2);  // 128 = 32 x 2 ranks x 2
+  EXPECT_EQ(batch_arithmetic(config, 2).global_batch, 128);
+  EXPECT_EQ(batch_arithmetic(config).accumulate_steps, 4);  // alone: 32 x 4
   // Sharding by hand (run.distributed: off) still reads the keys.
   config.data.shard_rank = 1;
   config.data.shard_count = 4;

@@ -9,7 +9,6 @@
 
 #include "common/error.h"
 #include "golden/timm_golden.h"
-#include "recipe/config.h"
 
 namespace stoker {
 namespace {
@@ -127,20 +126,6 @@ TEST(Losses, SoftTargetsOfTheWrongShapeAreRefused) {
     EXPECT_NE(std::string(e.what()).find("[N, C] = [4, 5]"), std::string::npos) << e.what();
   }
   EXPECT_THROW(bce_loss(logits(), torch::zeros({2, 5}), 0.0, 0.0), Error);
-}
-
-TEST(Losses, LossSectionPicksTheTypeAndItsKeys) {
-  const Config plain = parse_config("", "r.yaml");
-  EXPECT_EQ(plain.loss.type(), "cross_entropy");
-  const Config c = parse_config("loss: {type: bce, target_threshold: 0.2}\ntrain: {label_smoothing: 0.1}\n", "r.yaml");
-  EXPECT_EQ(c.loss.type(), "bce");
-  EXPECT_DOUBLE_EQ(c.loss.as<BceKeys>().target_threshold, 0.2);
-  const LossFunction loss = make_loss(c.loss, c.train.label_smoothing);
-  EXPECT_NEAR(value(loss(logits(), labels())), value(bce_loss(logits(), labels(), 0.1, 0.2)), 1e-7);
-  EXPECT_EQ(parse_config(config_to_yaml(c), "again.yaml").loss.type(), "bce");
-  EXPECT_THROW(parse_config("loss: {type: cross_entropy, target_threshold: 0.2}\n", "r.yaml"), Error);
-  EXPECT_THROW(parse_config("loss: {type: bce, target_threshold: 1.5}\n", "r.yaml"), Error);
-  EXPECT_THROW(parse_config("loss: {type: focal}\n", "r.yaml"), Error);
 }
 
 }  // namespace

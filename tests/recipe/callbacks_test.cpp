@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "test_config.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 

@@ -1,4 +1,4 @@
-// Training with the batch operations on (data.mixup, data.random_erasing) and RandAugment in the
+// Training with the batch operations on (data.batch_ops: mixup, random_erasing) and RandAugment in the
 // workers: the Trainer steps on soft targets, and a run stopped mid-epoch and resumed from its
 // checkpoint sees the same batches and losses as one that ran straight through.
 #include <gtest/gtest.h>
@@ -6,8 +6,12 @@
 
 #include <map>
 
+#include "data/batch_ops.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "test_config.h"
@@ -24,11 +28,13 @@ class BatchAugmentTest : public ::testing::Test {
     Config c = stoker::testing::tiny_config(data_.path(), runs_.path());
     c.train.epochs = 2;
     c.train.label_smoothing = 0.1;
-    c.data.mixup.mixup_alpha = 0.8;
-    c.data.mixup.cutmix_alpha = 1.0;
-    c.data.mixup.mode = "elem";
-    c.data.random_erasing.probability = 0.5;
-    c.data.random_erasing.mode = "pixel";
+    TypedOptions erasing = data::make_batch_op("random_erasing"), mixup = data::make_batch_op("mixup");
+    erasing.as<data::RandomErasingSettings>().probability = 0.5;
+    erasing.as<data::RandomErasingSettings>().mode = "pixel";
+    mixup.as<data::MixupSettings>().mixup_alpha = 0.8;
+    mixup.as<data::MixupSettings>().cutmix_alpha = 1.0;
+    mixup.as<data::MixupSettings>().mode = "elem";
+    c.data.batch_ops = {erasing, mixup};
     c.data.train_transforms = {data::make_transform("rand_augment")};
     c.data.train_transforms[0].as<data::RandAugmentOptions>().magnitude_std = 0.5;
     return c;
@@ -93,8 +99,7 @@ TEST_F(BatchAugmentTest, MixedTargetsAreSoftAndTheLossIsAgainstThem) {
   // Smoothing 0.1 over 10 classes: no target is below the off value 0.01.
   EXPECT_GE(b->target.min().item<double>(), 0.01 - 1e-7);
   // Without any batch operation the loader itself is the source.
-  c.data.mixup = data::MixupSettings();
-  c.data.random_erasing = data::RandomErasingSettings();
+  c.data.batch_ops.clear();
   EXPECT_EQ(augment_training(c, loaders.train), loaders.train);
 }
 
@@ -129,16 +134,16 @@ TEST(ModernRecipe, OneEpochSmokeRun) {
   TrainRequest request;
   request.config = load_config(recipe, {"data.root=" + data.path().string(), "run.dir=" + runs.path().string(),
                                         "run.device=cpu", "run.threads=1", "train.epochs=1"});
-  ASSERT_TRUE(request.config.data.mixup.enabled());
-  ASSERT_TRUE(request.config.data.random_erasing.enabled());
+  ASSERT_TRUE(data::has_batch_op(request.config.data.batch_ops, "mixup"));
+  ASSERT_TRUE(data::has_batch_op(request.config.data.batch_ops, "random_erasing"));
   const TrainOutcome out = run_training(request);
   EXPECT_EQ(out.state.epoch, 1);
   EXPECT_EQ(out.state.step, 2);
   EXPECT_EQ(out.final_test.samples, 64);
   const std::string log = stoker::testing::read_bytes(out.run_dir / "train.log");
-  EXPECT_NE(log.find("data.mixup: "), std::string::npos);
+  EXPECT_NE(log.find("data.batch_ops[1] (mixup): "), std::string::npos);
   EXPECT_NE(log.find("training top-1 is against each sample's dominant label"), std::string::npos);
-  EXPECT_NE(log.find("data.random_erasing: "), std::string::npos);
+  EXPECT_NE(log.find("data.batch_ops[0] (random_erasing): "), std::string::npos);
 }
 
 }  // namespace

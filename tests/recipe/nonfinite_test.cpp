@@ -13,6 +13,7 @@
 #include "models/registry.h"
 #include "test_config.h"
 #include "trainer/callbacks.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 

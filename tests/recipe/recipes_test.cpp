@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "data/batch_ops.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
 #include "data/transform_options.h"
 #include "recipe/run.h"
 #include "test_config.h"
@@ -58,9 +61,10 @@ TEST(PublishedRecipes, A3LoadsWithTheSettingsItsHeaderNames) {
   ASSERT_EQ(c.data.train_transforms.size(), 3u);
   EXPECT_EQ(c.data.train_transforms[2].as<data::RandAugmentOptions>().policy, "rand-m6-mstd0.5-inc1");
   EXPECT_EQ(c.data.eval_size, 224);  // trains at 160, tests at 224
-  EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.1);
-  EXPECT_DOUBLE_EQ(c.data.mixup.cutmix_alpha, 1.0);
-  EXPECT_FALSE(c.data.random_erasing.enabled());
+  ASSERT_EQ(c.data.batch_ops.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.data.batch_ops[0].as<data::MixupSettings>().mixup_alpha, 0.1);
+  EXPECT_DOUBLE_EQ(c.data.batch_ops[0].as<data::MixupSettings>().cutmix_alpha, 1.0);
+  EXPECT_FALSE(data::has_batch_op(c.data.batch_ops, "random_erasing"));
   EXPECT_EQ(c.data.repeated_augmentation, 1);
   EXPECT_EQ(c.optimizer.algorithm.type(), "lamb");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.008);
@@ -77,8 +81,9 @@ TEST(PublishedRecipes, TorchvisionV2LoadsWithTheSettingsItsHeaderNames) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
   EXPECT_EQ(c.optimizer.lr_reference_batch, 1024);
   EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.1);
-  EXPECT_DOUBLE_EQ(c.data.mixup.mixup_alpha, 0.2);
-  EXPECT_DOUBLE_EQ(c.data.random_erasing.probability, 0.1);
+  ASSERT_EQ(c.data.batch_ops.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.data.batch_ops[0].as<data::RandomErasingSettings>().probability, 0.1);
+  EXPECT_DOUBLE_EQ(c.data.batch_ops[1].as<data::MixupSettings>().mixup_alpha, 0.2);
   EXPECT_EQ(c.data.repeated_augmentation, 4);
   EXPECT_GT(c.train.ema_decay, 0.0);
   EXPECT_EQ(c.data.train_transforms[0].as<data::RandomResizedCropOptions>().size, 176);
@@ -108,7 +113,7 @@ TEST(PublishedRecipes, A3RunsOneEpoch) {
   EXPECT_EQ(out.state.step, 6);
   EXPECT_EQ(out.final_test.samples, 8);
   const std::string log = stoker::testing::read_bytes(out.run_dir / "train.log");
-  EXPECT_NE(log.find("data.mixup: "), std::string::npos);
+  EXPECT_NE(log.find("data.batch_ops[0] (mixup): "), std::string::npos);
 }
 
 TEST(PublishedRecipes, TorchvisionV2RunsOneEpoch) {
@@ -120,7 +125,7 @@ TEST(PublishedRecipes, TorchvisionV2RunsOneEpoch) {
   EXPECT_EQ(out.final_test.samples, 8);
   EXPECT_EQ(out.final_ema_test.samples, 8);
   const std::string log = stoker::testing::read_bytes(out.run_dir / "train.log");
-  EXPECT_NE(log.find("data.random_erasing: "), std::string::npos);
+  EXPECT_NE(log.find("data.batch_ops[0] (random_erasing): "), std::string::npos);
 }
 
 }  // namespace

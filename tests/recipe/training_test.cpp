@@ -10,6 +10,7 @@
 #include "models/compact_resnet.h"
 #include "models/registry.h"
 #include "test_config.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 
@@ -316,7 +317,7 @@ TEST_F(MixedPrecisionTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
 TEST_F(MixedPrecisionTest, EffectiveBatchSizeDerivesAccumulationOrIsAClearError) {
   Config c = config(8);
   c.train.effective_batch_size = 32;
-  EXPECT_EQ(accumulate_steps_of(c), 4);
+  EXPECT_EQ(batch_arithmetic(c).accumulate_steps, 4);
   const std::string yaml = "data: {batch_size: 8}\ntrain: {effective_batch_size: 36}\n";
   const std::string message = stoker::testing::error_of([&] { parse_config(yaml, "x.yaml"); });
   EXPECT_CONTAINS(message, "train.effective_batch_size (36) must be a multiple of");

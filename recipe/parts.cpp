@@ -1,0 +1,53 @@
+#include "recipe/parts.h"
+
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+namespace stoker {
+
+torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
+  return models::create_model(config.model, {in_channels, config.data.num_classes});
+}
+
+TrainerOptions trainer_options(const RunPlan& plan) {
+  const Config& config = plan.config;
+  TrainerOptions o;
+  o.epochs = config.train.epochs;
+  o.precision = config.train.precision;
+  o.accumulate_steps = plan.batches.accumulate_steps;
+  o.batch_size = config.data.batch_size;
+  o.grad_clip_norm = config.train.grad_clip_norm;
+  o.cuda_graph = config.train.cuda_graph;
+  o.device = plan.device;
+  // Data parallel: on the CPU a stop is agreed every step (a few microseconds of Gloo); on CUDA at the
+  // logging interval, where the host waits for the device anyway.
+  o.stop_check_every = plan.device.is_cuda() ? config.train.log_every_steps : 1;
+  o.nonfinite = NonfiniteOptions()
+                    .set_on_nonfinite(config.train.on_nonfinite)
+                    .set_max_skips(config.train.max_nonfinite_skips)
+                    .set_check_every_steps(config.train.log_every_steps);
+  o.config_yaml = plan.yaml;
+  return o;
+}
+
+TrainerParts make_parts(const RunPlan& plan, torch::nn::AnyModule model) {
+  const Config& config = plan.config;
+  const Precision precision = config.train.precision;
+  prepare_model(*model.ptr(), plan.device, precision, config.train.channels_last);
+  TrainerParts parts;
+  parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), plan.device);
+  parts.model = std::move(model);
+  parts.loss = make_loss(config.loss, config.train.label_smoothing);
+  parts.scaler = std::make_unique<GradScaler>(
+      GradScalerOptions(config.train.loss_scale).with_enabled(needs_loss_scaling(precision)), plan.device);
+  const ScheduleOptions schedule = config.schedule;
+  const double base_lr = plan.batches.lr;
+  const int64_t steps_per_epoch = plan.steps_per_epoch, epochs = config.train.epochs;
+  parts.schedule = [=](int64_t step) { return scheduled_lr(schedule, base_lr, step, steps_per_epoch, epochs); };
+  if (config.train.ema_decay > 0) {
+    parts.ema = std::make_unique<ModelEma>(config.train.ema_decay, config.train.ema_warmup);
+  }
+  return parts;
+}
+
+}  // namespace stoker

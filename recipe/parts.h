@@ -1,0 +1,27 @@
+// The Trainer's parts and options from a resolved plan: the model (model.*), the loop's options, and
+// the optimizer, loss, loss scaler, schedule and EMA (TrainerParts). recipe/factory.h puts them
+// together with the data; the precision trial builds the same parts to time a step.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/nn/modules/container/any.h>
+
+#include "recipe/config.h"
+#include "recipe/run_plan.h"
+#include "trainer/trainer.h"
+
+namespace stoker {
+
+// The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
+torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
+
+// The loop's options from the plan: epochs, precision, accumulation, clipping, graph, batch size.
+TrainerOptions trainer_options(const RunPlan& plan);
+
+// The parts for `model` (prepared here for the plan's device and precision: see prepare_model): the
+// configured optimizer, the loss (loss.type with train.label_smoothing), the fp16-mixed loss scaler,
+// the learning-rate schedule over the plan's steps per epoch from its learning rate, and the EMA.
+TrainerParts make_parts(const RunPlan& plan, torch::nn::AnyModule model);
+
+}  // namespace stoker
