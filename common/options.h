@@ -13,7 +13,7 @@
 //     void check() const override {}  // checks across keys; messages name the keys as written
 //   };
 //
-// The config reader (trainer/config.cpp) is an OptionsVisitor that reads each key from YAML and
+// The config reader (recipe/yaml_options.h) is an OptionsVisitor that reads each key from YAML and
 // checks it against its Rule, the writer one that prints it, so a type's keys are read, validated,
 // written back and listed in errors ("unknown key 'depth' for model.type: bar_net; it takes: dropout,
 // width") without the config layer knowing the type. Messages from visit() and check() speak of the

@@ -1,4 +1,4 @@
-// Samples and batches kept in memory: the caches of the doctor's ladder (trainer/doctor.h) and of
+// Samples and batches kept in memory: the caches of the doctor's ladder (doctor/doctor.h) and of
 // `data.cache`. Each cache removes one stage of the pipeline from every later step:
 //
 //   CachedDataset, level raw      the bytes each sample's read gave (encoded files, or a data set's

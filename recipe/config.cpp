@@ -47,7 +47,7 @@ void choice(V& v, const char* key, E& value, const std::vector<std::pair<std::st
 }
 
 // ---- the mapping, in one place ------------------------------------------------------------------
-// One function per section; `v` is the YAML reader or writer (trainer/yaml_options.h).
+// One function per section; `v` is the YAML reader or writer (recipe/yaml_options.h).
 
 template <typename V>
 void visit_run(Config& c, V& v) {

@@ -104,7 +104,7 @@ struct Config {
 };
 
 // The batch arithmetic of a run on `world_size` data-parallel ranks (1 alone), computed here and
-// nowhere else: the RunPlan holds it for everything downstream (recipe/plan.h), the load-time check
+// nowhere else: the RunPlan holds it for everything downstream (recipe/run_plan.h), the load-time check
 // reads it with world size 1.
 struct BatchArithmetic {
   // The ranks the data is split over: the process group's, or data.shard_count when sharded by hand.

@@ -1,4 +1,4 @@
-// Joining a data-parallel run (trainer/distributed.h).
+// Joining a data-parallel run (join.h).
 #include "recipe/join.h"
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layering of Stoker's library, checked on the sources (CTest: layering).
+"""The layering of Stoker's library, checked on the sources (CTest: layering), and the umbrella headers.
 
 Each folder may include only itself and the folders before it in the dependency order
 
@@ -82,9 +82,26 @@ def check(root):
     return problems
 
 
+# Each folder's umbrella header (data/data.h) names every header of its folder but the private *_detail.h.
+UMBRELLAS = {"data": "data.h", "models": "models.h"}
+
+
+def check_umbrellas(root):
+    problems = []
+    for folder, umbrella in UMBRELLAS.items():
+        text = (root / folder / umbrella).read_text()
+        for header in sorted((root / folder).glob("*.h")):
+            if header.name == umbrella or header.name.endswith("_detail.h"):
+                continue
+            if f'#include "{folder}/{header.name}"' not in text:
+                problems.append(f"{folder}/{umbrella}: does not include {folder}/{header.name}; add it (the umbrella "
+                                f"header names every public header of {folder}/)")
+    return problems
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
-    problems = check(root)
+    problems = check(root) + check_umbrellas(root)
     for p in problems:
         print(p)
     print(f"layering: {len(problems)} problem(s) in {sum(1 for _ in sources(root))} files")

@@ -126,7 +126,7 @@ bool stop_signal_received() { return g_stop_signal.load(); }
 void reset_stop_signal() { g_stop_signal.store(false); }
 
 void check_stop_requested(const std::string& phase) {
-  if (!g_stop_signal.load()) return;
+  if (!stop_signal_received()) return;
   throw StopRequested(fmt::format("stopped by a signal (Ctrl-C or SIGTERM) during {}, before training started; "
                                   "nothing was trained or written",
                                   phase));

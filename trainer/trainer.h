@@ -2,7 +2,7 @@
 //
 // It is built from parts handed to it (Trainer(options, parts, train source, eval source): a model,
 // an optimizer, a loss, a loss scaler, a learning-rate schedule, an EMA of the weights) and knows
-// nothing of configs; make_trainer (trainer/factory.h) builds the parts from a Config. It exposes
+// nothing of configs; make_trainer (recipe/factory.h) builds the parts from a resolved run plan. It exposes
 // the steps (forward, compute_loss, backward, optimizer_step), the train_step shortcut, evaluate()
 // and fit(). Logging, progress, checkpoints and interruption live in callbacks.
 //
@@ -12,7 +12,7 @@
 // inf/NaN) -> scale update. Eagerly, or captured once as a CUDA graph and replayed (CudaGraphStep,
 // trainer/cuda_graph_step.h) — the same function either way.
 //
-//   auto trainer = stoker::make_trainer(config);          // or Trainer(options, parts, train, eval)
+//   auto trainer = stoker::make_trainer(config, model, train, eval, device);  // or Trainer(options, parts, train, eval)
 //   trainer->add_callback(std::make_shared<MyCallback>());
 //   stoker::FitResult result = trainer->fit();
 #pragma once

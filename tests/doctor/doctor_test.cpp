@@ -1,4 +1,4 @@
-// trainer/doctor.h: the diagnosis from given numbers (DoctorDiagnosis), and the ladder, the tuner
+// doctor/doctor.h: the diagnosis from given numbers (DoctorDiagnosis), and the ladder, the tuner
 // and the batch sweep on synthetic data of a known per-sample CPU cost (DoctorLadder: these time
 // real steps, so CTest runs them alone, RUN_SERIAL, see tests/CMakeLists.txt).
 #include "doctor/doctor.h"

@@ -1,4 +1,4 @@
-"""Reads Stoker's TensorBoard event files with TensorBoard's own code (tests/trainer/tensorboard_test.cpp).
+"""Reads Stoker's TensorBoard event files with TensorBoard's own code (tests/observe/tensorboard_test.cpp).
 
   tensorboard_read.py scalars DIR OUT   every scalar EventAccumulator finds in DIR, one
                                         "tag step value" line each, into OUT

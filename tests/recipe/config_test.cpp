@@ -486,6 +486,25 @@ TEST(Config, ShippedRecipesLoad) {
   EXPECT_GE(recipes, 6);
 }
 
+// Every shipped recipe resolves as it did before logging.sinks and data.batch_ops: its resolved config
+// as --print-config wrote it then (tests/golden/print_config/, with the old keys), read through their
+// aliases, is the recipe's resolved config now, key for key.
+TEST(Config, ShippedRecipesResolveAsBeforeTheTypedLists) {
+  int recipes = 0;
+  const std::filesystem::path golden = std::filesystem::path(STOKER_SOURCE_DIR) / "tests/golden/print_config";
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(STOKER_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::filesystem::path before = golden / entry.path().filename();
+    ASSERT_TRUE(std::filesystem::exists(before)) << before << ": a new recipe; nothing to compare";
+    std::vector<std::string> notes;
+    const Config then = load_config(before, {}, &notes);
+    EXPECT_EQ(notes.size(), 2u) << before;  // the batch operations' keys and the logging keys, one note each
+    EXPECT_EQ(config_to_yaml(then), config_to_yaml(load_config(entry.path()))) << entry.path();
+    ++recipes;
+  }
+  EXPECT_GE(recipes, 8);
+}
+
 TEST(Schedule, LinearScalingWithTheGlobalBatch) {
   Config c;
   c.optimizer.lr = 0.1;

@@ -1,4 +1,5 @@
-// Processes for the distributed tests (tests/trainer/distributed_*_test.cpp): the trainer program
+// Processes for the distributed tests (tests/recipe/join_test.cpp and join_launch_test.cpp,
+// tests/apps/shards_launch_test.cpp): the trainer program
 // started as ranks, by hand (the launcher's variables set here) or under torchrun, waited for with
 // deadlines, and killed when a test fails, so that no rank outlives its test or hangs CI.
 #pragma once

@@ -1,4 +1,4 @@
-// The sizing checks (trainer/sizing.h): which batch, channel and feature sizes are not
+// The sizing checks (recipe/sizing.h): which batch, channel and feature sizes are not
 // tensor-core friendly, and the nearest better values. train.strict_sizes, which turns the findings
 // into an error, is tested with the whole run in trainer_test.cpp.
 #include "recipe/sizing.h"

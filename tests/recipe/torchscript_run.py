@@ -1,4 +1,4 @@
-"""Runs an exported TorchScript file in Python PyTorch, for tests/trainer/export_test.cpp.
+"""Runs an exported TorchScript file in Python PyTorch, for tests/recipe/export_test.cpp.
 
 usage: torchscript_run.py MODEL.pt INPUT.f32 N,C,H,W OUT_DIR
 Loads MODEL.pt with torch.jit.load, runs it in eval mode on the float32 input (raw, native byte
