@@ -130,6 +130,24 @@ fs::path last_checkpoint(const fs::path& run_root) {
   return runs.empty() ? fs::path() : runs.front() / "checkpoints/last.pt";
 }
 
+// Issue 33, G24: rank 0 decides train.precision: auto and the other ranks take its decision (each
+// deciding alone could train the ranks in different precisions on a busy or mixed machine).
+TEST(DistributedTrainer, RankZeroDecidesThePrecisionForAll) {
+  TempDir dir;
+  testing::write_dist_recipe(dir.path());
+  // sample_digests: rank 1 logs at info level too, so its decision line shows.
+  const Ranks two = train(dir, "auto", 2, {"train.precision=auto", "logging.sample_digests=true"});
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(two.exit_codes[r], 0) << "rank " << r << ":\n" << two.logs[r];
+  const auto decision = [](const std::string& log) {
+    const size_t at = log.find("train.precision: auto -> ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  const std::string zero = decision(two.logs[0]), one = decision(two.logs[1]);
+  ASSERT_FALSE(zero.empty()) << two.logs[0];
+  EXPECT_EQ(one, zero + " (rank 0's decision)") << two.logs[1];
+  EXPECT_EQ(two.logs[1].find("train.precision: auto: timing"), std::string::npos) << "rank 1 timed steps itself";
+}
+
 // Tolerance: 2e-5 absolute after 8 SGD steps (float32 sums in another order differ by ~1e-7/step).
 TEST(DistributedTrainer, TwoGlooRanksWithHalfBatchesMatchOneProcess) {
   TempDir dir;
