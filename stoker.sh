@@ -2,19 +2,26 @@
 # Stoker's one entry point for people and CI. Each command does all the set-up it needs first
 # (scripts/setup.sh: Debian packages, libtorch in a cached venv), then builds with CMake + Ninja.
 #
-#   ./stoker.sh train [trainer args]   set up, build, and train the default recipe
-#                                      (configs/fashion_mnist.yaml unless --config is given)
+#   ./stoker.sh train [trainer args]   set up, build, then run the trainer program
+#                                      (build/release/apps/trainer) with the arguments, from the
+#                                      folder you ran it in; with none that name a recipe (--config),
+#                                      a run (--resume) or a subcommand (eval, predict, ...), it trains
+#                                      configs/fashion_mnist.yaml
 #   ./stoker.sh test                   set up, build, and run the whole test suite (CTest); also
 #                                      installs torchvision into the venv for the ResNet tests
 #   ./stoker.sh build                  set up and build only
 #   ./stoker.sh fuzz [SECONDS] [TARGET...]  set up, build, then build the libFuzzer targets with
 #                                      clang and run each for SECONDS (default 30; scripts/fuzz.sh)
 #
-# Environment: STOKER_CACHE (default ~/.cache/stoker) holds the libtorch venv and the ccache;
+# Environment: STOKER_NO_BUILD=1 skips the set-up and the build (train only: the trainer must be built);
+# STOKER_CACHE (default ~/.cache/stoker) holds the libtorch venv and the ccache;
 # STOKER_TORCH_DIR=/path/to/libtorch/share/cmake (or a libtorch root) uses your own libtorch;
 # STOKER_BUILD_DIR (default build/release) and STOKER_BUILD_TYPE (default Release).
 set -euo pipefail
+user_dir=$PWD  # the trainer runs where the user is: relative paths in its arguments mean what they typed
+invoked_as="$0"
 cd "$(dirname "$0")"
+repo=$PWD
 
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
@@ -41,10 +48,20 @@ setup_and_build() {
 case "$cmd" in
   train)
     mkdir -p "$(dirname "$BUILD_DIR")"
-    setup_and_build
+    [ "${STOKER_NO_BUILD:-0}" = 1 ] || setup_and_build
     args=("$@")
-    printf '%s\n' "${args[@]}" | grep -q -- '^--config' || args=(--config configs/fashion_mnist.yaml "${args[@]}")
-    exec "$BUILD_DIR/apps/trainer" "${args[@]}"
+    # The default recipe only when nothing names what to do: a recipe, a run to resume, a subcommand.
+    first=${1:-}
+    case "$first" in
+      train|eval|predict|export|report|pack|doctor|bench-data|bench-step|-h|--help) named=1 ;;
+      *) named=0 ;;
+    esac
+    printf '%s\n' "$@" | grep -qE -- '^--(config|resume)(=|$)' && named=1
+    [ "$named" = 1 ] || args=(--config "$repo/configs/fashion_mnist.yaml" "${args[@]}")
+    trainer="$repo/$BUILD_DIR/apps/trainer"
+    case "$BUILD_DIR" in /*) trainer="$BUILD_DIR/apps/trainer" ;; esac
+    cd "$user_dir"
+    STOKER_INVOKED_AS="$invoked_as train" exec "$trainer" "${args[@]}"
     ;;
   test)
     mkdir -p "$(dirname "$BUILD_DIR")"

@@ -7,6 +7,7 @@
 // error messages. A new subcommand is one row in kSubcommands, its flags, and its handler.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <stdexcept>
@@ -159,13 +160,17 @@ void doctor_flags(CLI::App& app, Args& a) {
 }
 
 void checkpoint_flag(CLI::App& app, Args& a) {
-  value_flag(app, "--checkpoint", a.checkpoint, "FILE", "the checkpoint (a .pt file, or a run directory: its last.pt)")
+  value_flag(app, "--checkpoint", a.checkpoint, "RUN|FILE",
+             "a run directory (its checkpoints/last.pt), RUN:best or RUN:last, or a .pt file")
       ->required();
 }
 
 void eval_flags(CLI::App& app, Args& a) {
-  recipe_flags(app, a);
   checkpoint_flag(app, a);
+  value_flag(app, "--config", a.config, "FILE", "the recipe whose test split to evaluate on (default: the\n"
+             "checkpoint's saved config)");
+  set_flag(app, a, "override one config value; repeatable (e.g. --set data.root=other/)");
+  app.add_flag("--print-config", a.print_config, "print the resolved config and exit");
 }
 
 void predict_flags(CLI::App& app, Args& a) {
@@ -386,6 +391,18 @@ std::string usage_message(const CLI::ParseError& e, const CLI::App* sub) {
   return what;
 }
 
+// `--set train.epochs 3` (or `--set train.epochs`): a --set is one word with '='; the fix, spelt out.
+std::optional<std::string> set_without_equals(const std::vector<std::string>& words) {
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] != "--set" || words[i + 1].find('=') != std::string::npos) continue;
+    const std::string& key = words[i + 1];
+    const bool value_next = i + 2 < words.size() && words[i + 2].rfind("--", 0) != 0;
+    return fmt::format("--set {}: a --set is key.path=value in one word, with '='; write --set {}={}", key, key,
+                       value_next ? words[i + 2] : "VALUE");
+  }
+  return std::nullopt;
+}
+
 // Parses the command line into `args` and returns the subcommand to run; nothing after --help.
 const Subcommand* parse_command_line(int argc, char** argv, Args& args) {
   std::vector<std::string> words = with_subcommand(argc, argv);
@@ -404,8 +421,9 @@ const Subcommand* parse_command_line(int argc, char** argv, Args& args) {
   if (app.get_subcommands().empty()) throw UsageError(problem.value_or("no subcommand"), "");
   const CLI::App& sub = *app.get_subcommands().front();
   // An argument the subcommand does not take explains the rest best (`train --steps 5` also lacks
-  // --config), so it is reported first.
+  // --config), so it is reported first; but a --set written as two words explains that argument.
   if (std::optional<std::string> extra = extra_argument_error(app, sub)) problem = extra;
+  if (std::optional<std::string> set = set_without_equals(with_subcommand(argc, argv))) problem = set;
   if (problem) throw UsageError(*problem, sub.get_name());
   return find_subcommand(sub.get_name());
 }
@@ -415,6 +433,8 @@ const Subcommand* parse_command_line(int argc, char** argv, Args& args) {
 int main(int argc, char** argv) {
   try {
     Args args;
+    const char* invoked_as = std::getenv("STOKER_INVOKED_AS");
+    args.program = invoked_as != nullptr && *invoked_as != '\0' ? invoked_as : argv[0];
     const Subcommand* subcommand = parse_command_line(argc, argv, args);
     return subcommand == nullptr ? 0 : subcommand->handler(args);
   } catch (const UsageError& e) {

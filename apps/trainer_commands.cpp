@@ -50,7 +50,7 @@ std::optional<stoker::Config> load_or_print(const Args& args) {
   return config;
 }
 
-void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) {
+void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out, const std::string& program) {
   auto& log = stoker::logger();
   const auto& state = out.state;
   log.info("---- summary ----");
@@ -71,6 +71,13 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
              state.best_metric, state.best_epoch + 1);
   }
   log.info("training time:   {} in this invocation", stoker::format_duration(out.fit.seconds));
+  if (!out.run_dir.empty()) {
+    const bool best = config.checkpoint.save_best && state.best_epoch >= 0;
+    const std::string run = out.run_dir.string() + (best ? ":best" : "");
+    log.info("next:            {} eval --checkpoint {}; {} predict --checkpoint {} IMAGE...; {} export --checkpoint "
+             "{} --output model.ts",
+             program, run, program, run, program, run);
+  }
 }
 
 // The command that goes on from a diverged run's last good checkpoint (or starts again) with
@@ -78,7 +85,7 @@ void log_summary(const stoker::Config& config, const stoker::TrainOutcome& out) 
 std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e) {
   // A checkpoint holds its run's config: resuming needs only the new rate (a change that keeps the
   // run's data and schedule, so it needs no --allow-config-change).
-  std::string command = "trainer";
+  std::string command = args.program;
   if (e.last_good) {
     command += " --resume " + e.last_good->string();
   } else {
@@ -90,20 +97,21 @@ std::string diverged_command(const Args& args, const stoker::TrainingDiverged& e
   return command + fmt::format(" --set optimizer.lr={:g}", e.lower_lr);
 }
 
+// The config saved in `checkpoint`, with --set applied.
+stoker::Config saved_config(const std::filesystem::path& checkpoint, const std::vector<std::string>& overrides,
+                            std::vector<std::string>& notes) {
+  const std::string yaml = stoker::read_checkpoint_config(checkpoint);
+  STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config", checkpoint.string());
+  return stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", overrides, &notes);
+}
+
 // train's config: the recipe (--config), or with --resume and no --config the config saved in the
 // checkpoint; --set applies to either (`notes`: what it dropped, for the run's log). With
 // --print-config, prints it and returns nothing.
 std::optional<stoker::Config> train_config(const Args& args, std::vector<std::string>& notes) {
-  stoker::Config config;
-  if (!args.config.empty()) {
-    config = stoker::load_config(args.config, args.overrides, &notes);
-  } else {
-    const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.resume);
-    const std::string yaml = stoker::read_checkpoint_config(checkpoint);
-    STOKER_CHECK(!yaml.empty(), "checkpoint {} holds no config; pass the run's recipe with --config",
-                 checkpoint.string());
-    config = stoker::parse_config(yaml, checkpoint.string() + " (its saved config)", args.overrides, &notes);
-  }
+  const stoker::Config config = args.config.empty()
+                                    ? saved_config(stoker::resolve_checkpoint(args.resume), args.overrides, notes)
+                                    : stoker::load_config(args.config, args.overrides, &notes);
   if (print_config(args, config, notes)) return std::nullopt;
   return config;
 }
@@ -152,12 +160,12 @@ int train(const Args& args) {
               diverged_command(args, e));
     return 1;
   }
-  log_summary(*config, out);
+  log_summary(*config, out, args.program);
   write_run_report(out.run_dir);
   if (out.fit.interrupted) {
     // The checkpoint holds the config this run trained with: resuming needs nothing else.
     // (A rank other than 0 of a distributed run does not know the run directory: rank 0 says it.)
-    if (!out.run_dir.empty()) log.warn("stopped early; continue with: trainer --resume {}", out.run_dir.string());
+    if (!out.run_dir.empty()) log.warn("stopped early; continue with: {} --resume {}", args.program, out.run_dir.string());
     return 130;
   }
   return 0;
@@ -239,10 +247,12 @@ int bench_step(const Args& args) {
 }
 
 int eval(const Args& args) {
-  const std::optional<stoker::Config> loaded = load_or_print(args);
-  if (!loaded) return 0;
-  const stoker::Config& config = *loaded;
   const std::filesystem::path checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  std::vector<std::string> notes;
+  const stoker::Config config = args.config.empty() ? saved_config(checkpoint, args.overrides, notes)
+                                                    : stoker::load_config(args.config, args.overrides, &notes);
+  if (print_config(args, config, notes)) return 0;
+  for (const std::string& note : notes) stoker::logger().info("{}", note);
   const stoker::CheckpointEvaluation e = stoker::evaluate_checkpoint(config, checkpoint);
   std::printf("checkpoint %s (%lld epoch(s) done, step %lld)\n", checkpoint.c_str(), (long long)e.state.epoch,
               (long long)e.state.step);
@@ -272,6 +282,7 @@ int eval(const Args& args) {
 int predict(const Args& args) {
   stoker::PredictRequest request;
   request.checkpoint = stoker::resolve_checkpoint(args.checkpoint);
+  stoker::logger().info("predict: checkpoint {}{}", request.checkpoint.string(), args.ema ? " (its EMA weights)" : "");
   if (!args.config.empty()) request.config_file = args.config;
   request.overrides = args.overrides;
   request.images.assign(args.images.begin(), args.images.end());

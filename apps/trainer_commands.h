@@ -11,6 +11,9 @@ namespace stoker::apps {
 
 // What the command line said; each subcommand's flags fill the fields it uses.
 struct Args {
+  // How to run this program again, for the commands it prints (resume, report): $STOKER_INVOKED_AS
+  // when a wrapper set it (`./stoker.sh train`), else argv[0] as typed.
+  std::string program = "trainer";
   std::string config;
   std::vector<std::string> overrides;  // --set, in order
   bool print_config = false;

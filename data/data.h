@@ -16,6 +16,7 @@
 #include "data/decode.h"
 #include "data/encode.h"
 #include "data/idx.h"
+#include "data/image_folder.h"
 #include "data/loader.h"
 #include "data/mixup.h"
 #include "data/normalize.h"

@@ -61,10 +61,20 @@ struct DatasetOptions {
   std::string type = "idx";
   std::string root;
   std::string split = "train";  // train | test
-  int64_t num_classes = 10;
+  int64_t num_classes = 10;     // 0: whatever the data has
   int64_t limit = 0;            // keep only the first N samples (0 = all)
   uint64_t seed = 0;
   TypedOptions own;             // the type's own options (NoOptions for types without keys)
+  // The classes this split must have, by label: the training split's names for the test split, a
+  // checkpoint's for its evaluation. A data set that names its classes (image folders) gives its
+  // samples these labels, and refuses a class of its own that is not among them or a missing one,
+  // listing both; `class_names_source` says whose they are in that message ("the training split").
+  // Empty: the data set's own order.
+  std::vector<std::string> class_names;
+  std::string class_names_source = "the training split";
+  // Image folders in the flat layout (<root>/<class>/): the share of each class held out as the test
+  // split, seeded with `seed` (data.val_split); 0: the folders have train/ and val/.
+  double val_split = 0;
 };
 
 // The synthetic data set's own keys.
@@ -142,24 +152,7 @@ std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options);
 // `<root>/train.bin` + `test.bin` (CIFAR-100, fine labels).
 std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64_t classes);
 
-// ImageFolder: `<root>/<split>/<class>/<file>` (split "train" or "val"; "test" also accepted)
-// with classes in sorted order; JPEG and PNG files.
-class ImageFolderDataset : public Dataset {
- public:
-  explicit ImageFolderDataset(const DatasetOptions& options);
-  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
-  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
-  int64_t channels() const override { return 3; }
-  void read(int64_t index, RawSample& out) const override;
-  std::string describe(int64_t index) const override { return files_[index]; }
-  const std::vector<std::string>& classes() const { return classes_; }
-  std::vector<std::string> class_names() const override { return classes_; }
-
- private:
-  std::vector<std::string> classes_;
-  std::vector<std::string> files_;
-  std::vector<int64_t> labels_;
-};
+// ImageFolder: data/image_folder.h.
 
 // Image files named one by one (what `trainer predict` classifies): JPEG or PNG, of any size,
 // decoded to `channels` channels (1 gray, 3 RGB). They have no labels: read() gives label -1.

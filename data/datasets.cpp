@@ -16,6 +16,8 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+
+#include "data/image_folder.h"
 #include "data/idx.h"
 #include "data/random.h"
 #include "data/webdataset.h"
@@ -87,16 +89,17 @@ const std::vector<std::string>& cifar10_class_names() {
 std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options) {
   const std::string prefix = options.split == "train" ? "train" : "t10k";
   ImageSet set = load_idx_split(options.root, prefix, options.num_classes);
+  // data.num_classes 0: the labels say (the largest plus one).
+  const int64_t classes = options.num_classes > 0 ? options.num_classes : set.labels.max().item<int64_t>() + 1;
   const torch::Tensor images = set.images.contiguous();  // [N, 1, H, W] == [N, H, W, 1]
   std::vector<uint8_t> pixels(images.data_ptr<uint8_t>(), images.data_ptr<uint8_t>() + images.numel());
   std::vector<int64_t> labels(set.labels.data_ptr<int64_t>(), set.labels.data_ptr<int64_t>() + set.size());
   auto dataset = std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels),
-                                                      images.size(2), images.size(3), 1,
-                                                      options.num_classes, set.source);
+                                                      images.size(2), images.size(3), 1, classes, set.source);
   dataset->truncate(options.limit);
   if (options.own.type() == "idx" && options.own.as<IdxOptions>().class_names == "fashion_mnist") {
-    STOKER_CHECK(options.num_classes == 10, "data.idx.class_names: fashion_mnist names 10 classes but "
-                 "data.num_classes is {}; set it to 10 or class_names to indices", options.num_classes);
+    STOKER_CHECK(classes == 10, "data.idx.class_names: fashion_mnist names 10 classes but "
+                 "data.num_classes is {}; set it to 10 or class_names to indices", classes);
     dataset->set_class_names(fashion_mnist_class_names());
   }
   return dataset;
@@ -157,78 +160,6 @@ std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64
   return dataset;
 }
 
-// ---- ImageFolder -------------------------------------------------------------------------------------
-
-namespace {
-bool is_image_file(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-}  // namespace
-
-ImageFolderDataset::ImageFolderDataset(const DatasetOptions& options) {
-  const fs::path root = options.root;
-  fs::path dir = root / options.split;
-  if (options.split == "test" && !fs::is_directory(dir)) dir = root / "val";
-  if (options.split == "val" && !fs::is_directory(dir)) dir = root / "test";
-  STOKER_CHECK(fs::is_directory(dir),
-               "image folder {} does not exist; data.root must hold train/ and val/ folders, each with "
-               "one sub-folder of images per class",
-               dir.string());
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
-  }
-  std::sort(classes_.begin(), classes_.end());
-  STOKER_CHECK(!classes_.empty(), "{} has no class folders; put each class's images in {}/<class>/",
-               dir.string(), dir.string());
-  for (size_t c = 0; c < classes_.size(); ++c) {
-    std::vector<std::string> found;
-    for (const auto& entry : fs::directory_iterator(dir / classes_[c])) {
-      if (entry.is_regular_file() && is_image_file(entry.path())) found.push_back(entry.path().string());
-    }
-    STOKER_CHECK(!found.empty(), "class folder {} holds no .jpg, .jpeg or .png files; remove it or add "
-                 "images", (dir / classes_[c]).string());
-    std::sort(found.begin(), found.end());
-    for (auto& f : found) {
-      files_.push_back(std::move(f));
-      labels_.push_back(static_cast<int64_t>(c));
-    }
-  }
-  STOKER_CHECK(options.num_classes <= 0 || options.num_classes == num_classes(),
-               "{} has {} class folders but data.num_classes is {}; make them agree", dir.string(),
-               num_classes(), options.num_classes);
-  if (options.limit > 0 && options.limit < size()) {
-    // Keep a spread over classes: every k-th file.
-    std::vector<std::string> files;
-    std::vector<int64_t> labels;
-    const double step = static_cast<double>(size()) / static_cast<double>(options.limit);
-    for (int64_t i = 0; i < options.limit; ++i) {
-      const auto at = static_cast<size_t>(i * step);
-      files.push_back(files_[at]);
-      labels.push_back(labels_[at]);
-    }
-    files_ = std::move(files);
-    labels_ = std::move(labels);
-  }
-}
-
-void ImageFolderDataset::read(int64_t index, RawSample& out) const {
-  const std::string& path = files_[index];
-  out.encoded = true;
-  out.label = labels_[index];
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  STOKER_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
-  out.opens = 1;
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  out.bytes.resize(size > 0 ? static_cast<size_t>(size) : 0);
-  const size_t got = size > 0 ? std::fread(out.bytes.data(), 1, out.bytes.size(), f) : 0;
-  std::fclose(f);
-  STOKER_CHECK(got == out.bytes.size(), "{}: read {} of {} bytes", path, got, out.bytes.size());
-}
-
 // ---- image files ------------------------------------------------------------------------------------
 
 ImageFilesDataset::ImageFilesDataset(std::vector<std::string> files, int64_t channels)
@@ -275,6 +206,7 @@ void SyntheticOptions::check() const {
 
 SyntheticDataset::SyntheticDataset(const DatasetOptions& options)
     : options_(options), own_(options.own.as<SyntheticOptions>()) {
+  if (options_.num_classes <= 0) options_.num_classes = 10;  // data.num_classes 0: its own ten patterns
   samples_ = options_.split == "train" ? own_.train_samples : own_.test_samples;
   if (samples_ <= 0 || own_.height <= 0 || own_.width <= 0 || (own_.channels != 1 && own_.channels != 3)) {
     STOKER_FAIL("synthetic data needs samples > 0, a positive size and 1 or 3 channels");

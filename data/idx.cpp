@@ -164,7 +164,7 @@ ImageSet load_idx_split(const std::filesystem::path& root, const std::string& pr
                "{} holds {} images but {} holds {} labels; the two files do not belong together",
                image_path.string(), images.size(0), label_path.string(), labels.size(0));
   const int64_t max_label = labels.max().item<int64_t>();
-  if (max_label >= num_classes) {
+  if (num_classes > 0 && max_label >= num_classes) {
     const int64_t at = labels.argmax().item<int64_t>();
     STOKER_FAIL("{}: label {} of sample {} is out of range for data.num_classes = {}; fix the file "
                 "or raise data.num_classes",

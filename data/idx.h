@@ -25,7 +25,7 @@ struct ImageSet {
 };
 
 // Loads `<root>/<prefix>-images-idx3-ubyte[.gz]` and `<root>/<prefix>-labels-idx1-ubyte[.gz]`
-// (prefix "train" or "t10k"), checks that counts match and labels are below `num_classes`.
+// (prefix "train" or "t10k"), checks that counts match and labels are below `num_classes` (0: any).
 ImageSet load_idx_split(const std::filesystem::path& root, const std::string& prefix,
                         int64_t num_classes);
 

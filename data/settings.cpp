@@ -1,16 +1,25 @@
 #include "data/settings.h"
 
+#include <cstdlib>
+
 namespace stoker::data {
+
+std::string expand_home(const std::string& path) {
+  if (path != "~" && path.rfind("~/", 0) != 0) return path;
+  const char* home = std::getenv("HOME");
+  return home == nullptr ? path : std::string(home) + path.substr(1);
+}
 
 DatasetOptions dataset_options(const DataSettings& s, const std::string& split, uint64_t seed) {
   DatasetOptions o;
   o.type = s.dataset.type();
   o.own = s.dataset;
-  o.root = s.root;
+  o.root = expand_home(s.root);
   o.split = split;
   o.num_classes = s.num_classes;
   o.limit = split == "train" ? s.train_limit : s.test_limit;
   o.seed = seed;
+  o.val_split = s.val_split;
   return o;
 }
 

@@ -50,8 +50,11 @@ struct DataSettings {
   // The data set type (idx | cifar10 | cifar100 | image_folder | synthetic, or registered) and its
   // own keys (data.<type>: ...).
   TypedOptions dataset = dataset_type_options("idx");
-  std::string root = "/usr/share/datasets/fashion-mnist";
-  int64_t num_classes = 10;
+  std::string root = "/usr/share/datasets/fashion-mnist";  // ~ expanded; relative: from the working directory
+  int64_t num_classes = 0;  // 0: taken from the data (the class folders, the data set's own count)
+  // Image folders of class folders without train/ and val/: the share of each class held out as the
+  // test split (seeded with run.seed, stratified); 0: the folders have train/ and val/.
+  double val_split = 0;
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
   bool shuffle = true;
@@ -116,7 +119,11 @@ struct LoaderContext {
   std::function<void(const std::string&)> warn;
 };
 
-// The options of the `split` ("train" or "test") data set the settings describe.
+// `path` with a leading ~ (alone or ~/...) replaced by $HOME, as a shell would.
+std::string expand_home(const std::string& path);
+
+// The options of the `split` ("train" or "test") data set the settings describe (data.root's ~
+// expanded).
 DatasetOptions dataset_options(const DataSettings& settings, const std::string& split, uint64_t seed);
 // The transforms of the training loader in `epoch`: train_transforms, made to end at the
 // resolution_schedule's size for the epoch when there is one.

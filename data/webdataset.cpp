@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -77,6 +79,34 @@ std::string shards_from_info(const std::string& root, const std::string& split, 
   return spec;
 }
 
+// `<root>/_info.json`'s num_classes (timm's layout and `trainer pack` write it); 0 without one.
+int64_t num_classes_from_info(const std::string& root) {
+  const std::filesystem::path file = std::filesystem::path(root) / "_info.json";
+  if (root.empty() || !std::filesystem::is_regular_file(file)) return 0;
+  std::ifstream in(file);
+  const nlohmann::json info = nlohmann::json::parse(in, nullptr, false);
+  if (info.is_discarded() || !info.contains("num_classes") || !info["num_classes"].is_number_integer()) return 0;
+  return info["num_classes"].get<int64_t>();
+}
+
+// The class names `trainer pack` wrote into `<root>/_info.json` (timm's layout has none); empty
+// without them.
+std::vector<std::string> class_names_from_info(const std::string& root) {
+  const std::filesystem::path file = std::filesystem::path(root) / "_info.json";
+  if (root.empty() || !std::filesystem::is_regular_file(file)) return {};
+  std::ifstream in(file);
+  const nlohmann::json info = nlohmann::json::parse(in, nullptr, false);
+  if (info.is_discarded() || !info.contains("class_names")) return {};
+  const nlohmann::json& names = info["class_names"];
+  STOKER_CHECK(names.is_array(), "{}: class_names must be a list of names", file.string());
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    STOKER_CHECK(n.is_string(), "{}: class_names holds a non-string", file.string());
+    out.push_back(n.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 WebDataset::WebDataset(const DatasetOptions& options)
@@ -88,8 +118,9 @@ WebDataset::WebDataset(const DatasetOptions& options)
   STOKER_CHECK(!spec.empty(), "data.webdataset.{} is empty and data.root ({}) has no _info.json; set it to the {} "
                "shards (e.g. {}-{{000000..000009}}.tar or a folder of .tar files)", train ? "shards" : "test_shards",
                options.root, train ? "training" : "evaluation", train ? "train" : "val");
-  STOKER_CHECK(num_classes_ > 0, "data.num_classes must be set for webdataset shards (labels come from the "
-               "samples' {} members)", own_.label);
+  set_class_names(options);
+  STOKER_CHECK(num_classes_ > 0, "data.num_classes must be set for webdataset shards without an _info.json "
+               "that says it (labels come from the samples' {} members)", own_.label);
   image_exts_ = words(own_.image_extensions);
   shards_ = expand_shard_list(spec, options.root);
   STOKER_CHECK(shards_.size() < (size_t(1) << 31), "{} shards are too many", shards_.size());
@@ -187,7 +218,28 @@ int64_t WebDataset::parse_label(const Entry& e, const WdsSample& s) const {
   }
   STOKER_CHECK(label >= 0 && label < num_classes_, "sample {}: label {} is out of range for {} classes; fix the "
                "shard or set data.num_classes", name, label, num_classes_);
-  return label;
+  return relabel_.empty() ? label : relabel_[static_cast<size_t>(label)];
+}
+
+void WebDataset::set_class_names(const DatasetOptions& options) {
+  if (num_classes_ == 0) num_classes_ = num_classes_from_info(options.root);
+  class_names_ = class_names_from_info(options.root);
+  if (class_names_.empty()) return;
+  const std::string info = (std::filesystem::path(options.root) / "_info.json").string();
+  STOKER_CHECK(num_classes_ == 0 || num_classes_ == static_cast<int64_t>(class_names_.size()),
+               "{} names {} classes but data.num_classes is {}; make them agree, or leave data.num_classes out",
+               info, class_names_.size(), num_classes_);
+  num_classes_ = static_cast<int64_t>(class_names_.size());
+  if (options.class_names.empty() || options.class_names == class_names_) return;
+  // Labels are indices into the shards' own names: another order (a checkpoint's) is a relabelling.
+  for (const std::string& name : class_names_) {
+    const auto it = std::find(options.class_names.begin(), options.class_names.end(), name);
+    STOKER_CHECK(it != options.class_names.end() && options.class_names.size() == class_names_.size(),
+                 "{} names the classes {}, which are not those of {} ({}); labels would be wrong", info,
+                 fmt::join(class_names_, ", "), options.class_names_source, fmt::join(options.class_names, ", "));
+    relabel_.push_back(static_cast<int64_t>(it - options.class_names.begin()));
+  }
+  class_names_ = options.class_names;
 }
 
 void WebDataset::read(int64_t index, RawSample& out) const {

@@ -90,6 +90,9 @@ class WebDataset : public Dataset {
   std::string describe(int64_t index) const override;
   const std::vector<std::string>& shards() const { return shards_; }
   ShardLayout shard_layout() const override;
+  // The class names _info.json holds (`trainer pack` writes them), in the order `options.class_names`
+  // asks for when given; empty when it has none.
+  std::vector<std::string> class_names() const override { return class_names_; }
 
  private:
   struct Entry {
@@ -99,6 +102,7 @@ class WebDataset : public Dataset {
   int fd(int32_t shard) const;
   void pread_member(int32_t shard, const WdsMember& m, std::vector<uint8_t>& out) const;
   int64_t parse_label(const Entry& e, const WdsSample& s) const;
+  void set_class_names(const DatasetOptions& options);
 
   WebDatasetOptions own_;
   int64_t num_classes_;
@@ -106,6 +110,8 @@ class WebDataset : public Dataset {
   std::vector<WdsSample> samples_;
   std::vector<Entry> entries_;
   std::vector<std::string> image_exts_;
+  std::vector<std::string> class_names_;
+  std::vector<int64_t> relabel_;  // the shards' label -> the label asked for (empty: the same)
   std::unique_ptr<std::atomic<int>[]> fds_;  // opened on first read, -1 before
 };
 

@@ -45,21 +45,31 @@ std::string stage_cost(const RungResult& rung) {
 }
 
 // The largest drop in samples/s from one measured rung to the next: the rung it drops to, and by how much.
+// A drop counts only where the step waited longer for its input than at the rung above (by 3 points
+// of the wall time or more): a rung that is slower while its input stays as hidden as before was
+// slowed by something else on the machine, not by the stage it adds. Without any such rung (a copy
+// that waits outside next()), the plain largest drop.
 struct Loss {
   const RungResult* rung = nullptr;
   double samples_per_s = 0;
 };
-Loss largest_loss(const std::vector<RungResult>& rungs) {
+Loss largest_loss(const std::vector<RungResult>& rungs, bool only_where_input_waited) {
+  constexpr double kWaitGrowth = 0.03;
   const RungResult* previous = nullptr;
   Loss worst;
   for (const RungResult& r : rungs) {
     if (!r.measured) continue;
-    if (previous != nullptr && previous->samples_per_s - r.samples_per_s > worst.samples_per_s) {
+    const bool counts = !only_where_input_waited || (previous != nullptr && r.wait_share - previous->wait_share >= kWaitGrowth);
+    if (previous != nullptr && counts && previous->samples_per_s - r.samples_per_s > worst.samples_per_s) {
       worst = {&r, previous->samples_per_s - r.samples_per_s};
     }
     previous = &r;
   }
   return worst;
+}
+Loss largest_loss(const std::vector<RungResult>& rungs) {
+  const Loss waited = largest_loss(rungs, true);
+  return waited.rung != nullptr ? waited : largest_loss(rungs, false);
 }
 
 // The remedy when the copy to the device is what loses most.

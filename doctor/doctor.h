@@ -150,10 +150,15 @@ struct TuneResult {
   double budget_seconds = 0;      // the budget the search ran under (options', or the run's share)
   double estimated_run_seconds = 0;  // with run_epochs: the run at the starting settings' samples/s
   bool reached_ceiling = false;   // stopped because best came within 2% of the ceiling
+  bool on_cpu = false;            // the step trains on the CPU: loader workers take cores from it
   std::string set_line() const;   // "--set data.workers=4 --set ..."
+  // What the winner means, in a sentence, when there is something to say ("" otherwise): on the CPU,
+  // fewer workers than the start give the cores back to the step.
+  std::string advice() const;
   std::string yaml() const;       // the same as a YAML fragment
 };
-// Searches data.workers (doubling, then between the best and its neighbours), then
+// Searches data.workers (on the CPU 0 first: batches built on the training thread, every core for the
+// step; then doubling, then between the best and its neighbours), then
 // data.prefetch_factor and, on CUDA, data.device_prefetch, measuring the full pipeline each time.
 // When that leaves the step waiting (few cores: a worker takes the model's core), it tries
 // data.cache raw, then decoded, where the whole training split fits the memory budget.

@@ -24,6 +24,7 @@
 #include "recipe/factory.h"
 #include "common/log.h"
 #include "recipe/run.h"
+#include "trainer/callbacks.h"
 
 namespace stoker {
 
@@ -59,6 +60,7 @@ struct Tuner {
 
   // Measures the full pipeline with `t`'s settings (the model's threads set as training would).
   TuneTrial run(TuneTrial t) {
+    check_stop_requested("tuning the loader (data.autotune: start, doctor --tune)");
     Config c = config;
     c.data.workers = t.workers;
     c.data.prefetch_factor = t.prefetch_factor;
@@ -119,6 +121,12 @@ int64_t max_workers(const TuneOptions& o) {
 // Workers: doubling from 1 while it pays, then halfway between the best and its neighbours.
 void search_workers(Tuner& t) {
   const int64_t most = max_workers(t.options);
+  if (t.result.on_cpu && t.result.best.workers > 0) {
+    // On the CPU the loader's threads compete with the step for the cores: none may be fastest.
+    TuneTrial trial = t.result.best;
+    trial.workers = 0;
+    t.attempt(trial);
+  }
   int64_t previous_best = -1;
   for (int64_t w = 1; w <= most && !t.out_of_time() && !t.at_ceiling(); w *= 2) {
     TuneTrial trial = t.result.best;
@@ -197,6 +205,7 @@ TuneResult tune(const Config& config, const TuneOptions& options) {
 TuneResult tune(const RunPlan& plan, const TuneOptions& options) {
   STOKER_CHECK(options.budget_seconds > 0 && options.steps > 0, "doctor --tune needs a positive budget and steps");
   Tuner t(plan, options);
+  t.result.on_cpu = plan.device.is_cpu();
   t.result.budget_seconds = options.budget_seconds;
   t.result.ceiling_samples_per_s = measure_ceiling(t);
   TuneTrial start;
@@ -253,8 +262,17 @@ std::string format_tune(const TuneResult& r) {
                      r.best.samples_per_s, r.best.samples_per_s / std::max(1e-9, r.start.samples_per_s),
                      r.best.samples_per_s / r.ceiling_samples_per_s,
                      r.reached_ceiling ? "; stopped within 2% of it" : "");
+  if (const std::string advice = r.advice(); !advice.empty()) out += advice + "\n";
   out += "as flags: " + r.set_line() + "\nas YAML:\n" + r.yaml();
   return out;
+}
+
+std::string TuneResult::advice() const {
+  if (!on_cpu || best.workers >= start.workers || best.samples_per_s <= start.samples_per_s) return "";
+  return fmt::format("give the cores back to the step: it trains on the CPU, and {} loader worker(s) took cores from "
+                     "it; {} worker(s){} trained {:.2f}x faster",
+                     start.workers, best.workers, best.workers == 0 ? " (batches built on the training thread)" : "",
+                     best.samples_per_s / std::max(1e-9, start.samples_per_s));
 }
 
 // ---- the batch-size sweep ------------------------------------------------------------------------------

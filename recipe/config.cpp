@@ -86,7 +86,8 @@ void visit_data(Config& c, V& v) {
   static const TypeCatalog batch_ops = catalog_of(data::batch_op_registry(), "batch operation");
   v.typed(c.data.dataset, datasets, TypedLayout::kOwnSection);
   v.field("root", c.data.root, described("a folder path"));
-  v.field("num_classes", c.data.num_classes, at_least(2));
+  v.field("num_classes", c.data.num_classes, number("0 (from the data) or a whole number >= 2", 0));
+  v.field("val_split", c.data.val_split, number("a share in [0, 1)", 0, 1, false, true));
   v.field("batch_size", c.data.batch_size, at_least(1));
   v.field("eval_batch_size", c.data.eval_batch_size, at_least(1));
   v.field("shuffle", c.data.shuffle);
@@ -244,6 +245,10 @@ void check_resolution(const Config& c, const Fail& fail) {
 }
 
 void check_data_and_model(const Config& c, const Fail& fail) {
+  if (c.data.num_classes == 1) {
+    fail("data.num_classes is 1: a classifier needs at least 2 classes; leave it out (or 0) to take the number "
+         "from the data");
+  }
   if (c.data.mean.size() != c.data.std.size()) {
     fail(fmt::format("data.mean has {} value(s) but data.std has {}; give one of each per channel",
                      c.data.mean.size(), c.data.std.size()));
@@ -345,7 +350,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   YamlReader reader(root, source, std::move(applied));
   visit_config(config, reader);
   reader.check_top_level();
-  check_consistency(config, source);
+  // A check across keys may fail because of a --set as well as of the file: name both.
+  check_consistency(config, overrides.empty() ? source
+                                              : fmt::format("{} with --set {}", source, fmt::join(overrides, " --set ")));
   said.insert(said.end(), reader.notes().begin(), reader.notes().end());
   for (const std::string& note : said) {
     if (notes != nullptr) {
@@ -359,6 +366,12 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides,
                    std::vector<std::string>* notes) {
+  if (std::filesystem::is_directory(path)) {
+    throw Error(fmt::format("{} is a folder; --config takes a recipe file (a .yaml file, e.g. a copy of "
+                            "configs/fashion_mnist.yaml); a folder of images goes in the recipe's data.root "
+                            "(or --set data.root={})",
+                            path.string(), path.string()));
+  }
   std::ifstream in(path);
   if (!in) {
     throw Error(fmt::format("{}: cannot read the config file ({}); check the path given to --config",
@@ -367,6 +380,18 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
   }
   std::stringstream text;
   text << in.rdbuf();
+  // An empty recipe would train every default (Fashion-MNIST into runs/run/): almost surely a mistake.
+  YAML::Node document;
+  try {
+    document = YAML::Load(text.str());
+  } catch (const YAML::Exception&) {
+    // parse_config reports the line and column
+  }
+  if (document.IsNull()) {
+    throw Error(fmt::format("{} is empty (nothing but comments or blank lines); a recipe sets at least its data and "
+                            "model: start from a copy of one in configs/ (configs/fashion_mnist.yaml is the default)",
+                            path.string()));
+  }
   return parse_config(text.str(), path.string(), overrides, notes);
 }
 

@@ -49,14 +49,18 @@ std::string describe_transforms(const std::vector<TypedOptions>& transforms) {
 }
 }  // namespace
 
-std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split) {
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split,
+                                            const std::vector<std::string>& class_names, const std::string& source) {
   const DataOptions& d = config.data;
-  const data::DatasetOptions o = data::dataset_options(d, split, config.run.seed);
+  data::DatasetOptions o = data::dataset_options(d, split, config.run.seed);
+  o.class_names = class_names;
+  o.class_names_source = source;
   std::shared_ptr<data::Dataset> dataset = data::create_dataset(o);
   if (d.cache != data::DataCache::kNone) dataset = cached(config, std::move(dataset), split);
-  STOKER_CHECK(dataset->num_classes() == d.num_classes,
-               "the {} data has {} classes but data.num_classes is {}; make them agree", split,
-               dataset->num_classes(), d.num_classes);
+  STOKER_CHECK(d.num_classes == 0 || dataset->num_classes() == d.num_classes,
+               "the {} data has {} classes but data.num_classes is {}; make them agree, or leave data.num_classes "
+               "out to take it from the data",
+               split, dataset->num_classes(), d.num_classes);
   return dataset;
 }
 
@@ -162,8 +166,9 @@ namespace {
 Loaders make_loaders(const Config& config, torch::Device device, std::shared_ptr<data::Dataset> train,
                      const DataRanks& ranks) {
   Loaders loaders;
+  const std::vector<std::string> classes = train->class_names();  // the test split's labels follow them
   loaders.train = make_loader(config, std::move(train), device, "train", false, ranks);
-  loaders.test = make_loader(config, make_dataset(config, "test"), device, "test", false, ranks);
+  loaders.test = make_loader(config, make_dataset(config, "test", classes), device, "test", false, ranks);
   // Training and evaluation at sizes of their own is asked for with data.eval_size or
   // data.resolution_schedule; otherwise two sizes are a mistake in the transforms.
   const bool own_sizes = config.data.eval_size > 0 || config.data.resolution_schedule.enabled();

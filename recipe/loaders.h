@@ -28,8 +28,12 @@ struct DataRanks {
 DataRanks data_ranks(const RunPlan& plan);
 
 // One split ("train" or "test") of the configured data set (data.type and its keys, data.root, the
-// split's limit), checked against data.num_classes.
-std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split);
+// split's limit), checked against data.num_classes (unless 0). `class_names`: the classes it must
+// have, by label (the training split's for the test split, a checkpoint's for its evaluation), named
+// by `source` in the error when its own differ (data::DatasetOptions::class_names).
+std::shared_ptr<data::Dataset> make_dataset(const Config& config, const std::string& split,
+                                            const std::vector<std::string>& class_names = {},
+                                            const std::string& source = "the training split");
 // The loader of one split over `dataset` (which may wrap make_dataset's, e.g. in a cache): the
 // split's batch size, shuffling and transforms, and the rest of data.*.
 // `output_uint8` hands out the uint8 batches as built (see data::LoaderOptions).

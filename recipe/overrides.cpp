@@ -137,6 +137,13 @@ const Override* AppliedOverrides::find(const std::string& path) const {
   return nullptr;
 }
 
+const Override* AppliedOverrides::first_within(const std::string& path) const {
+  for (const Override& o : items) {
+    if (within(o.path, path)) return &o;
+  }
+  return nullptr;
+}
+
 AppliedOverrides apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
                                  const std::string& source) {
   AppliedOverrides applied;

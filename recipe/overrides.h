@@ -34,6 +34,8 @@ struct AppliedOverrides {
   bool touches(const std::string& path) const;
   // The first --set of exactly `path`; nullptr when there is none.
   const Override* find(const std::string& path) const;
+  // The first --set at `path` or inside it (`trian.epochs` for `trian`); nullptr when there is none.
+  const Override* first_within(const std::string& path) const;
 };
 
 // Applies "a.b=c" overrides onto `root` (the text named `source` in notes). Throws stoker::Error

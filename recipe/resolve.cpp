@@ -54,10 +54,14 @@ RunPlan resolve_plan(const Config& config, const Distributed& distributed, const
   // 2. The cheap checks, before any step is timed.
   plan.batches = checked_batches(config, plan.world_size);
   plan.train_set = make_dataset(config, "train");
+  if (config.data.num_classes == 0) {
+    plan.config.data.num_classes = plan.train_set->num_classes();
+    logger().info("data.num_classes: {}, from the training data", plan.config.data.num_classes);
+  }
   plan.train_samples = plan.train_set->size();
-  plan.batches_per_epoch = training_batches_per_epoch(config, *plan.train_set, data_ranks(plan));
+  plan.batches_per_epoch = training_batches_per_epoch(plan.config, *plan.train_set, data_ranks(plan));
   plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
-  plan.input = input_shape(config, plan.train_set);
+  plan.input = input_shape(plan.config, plan.train_set);
   // 3. cuDNN's autotuner before the trial, so that the trial's steps and the run's both tune.
   plan.cudnn_benchmark = config.train.cudnn_benchmark && plan.device.is_cuda() && plan.input.fixed();
   at::globalContext().setBenchmarkCuDNN(plan.cudnn_benchmark);

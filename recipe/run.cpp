@@ -59,6 +59,15 @@ fs::path run_dir_of(const fs::path& checkpoint) {
   return folder.filename() == "checkpoints" ? folder.parent_path() : folder;
 }
 
+// "classes: circle=0, square=1, triangle=2": the labels the run trains (the first 20 and a count).
+void log_classes(const std::vector<std::string>& names) {
+  if (names.empty()) return;
+  std::vector<std::string> pairs;
+  for (size_t i = 0; i < names.size() && i < 20; ++i) pairs.push_back(fmt::format("{}={}", names[i], i));
+  logger().info("classes: {}{}", fmt::join(pairs, ", "),
+                names.size() > 20 ? fmt::format(", ... ({} in all)", names.size()) : "");
+}
+
 // What the run is about to do, for the console and train.log.
 void log_run_start(const TrainingSetup& setup, const fs::path& run_dir) {
   const RunPlan& plan = setup.plan;
@@ -75,13 +84,20 @@ void log_run_start(const TrainingSetup& setup, const fs::path& run_dir) {
                 torch::get_num_threads(), config.model.type(), params / 1e6);
   if (plan.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
   plan.precision.log();  // names the hardware itself
+  // data.drop_last leaves out what does not fill a last batch (or step): say how much.
+  const int64_t dropped = train.num_samples() - plan.batches_per_epoch * config.data.batch_size;
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
-                "epochs; {} loader worker(s){}",
+                "epochs; {} loader worker(s){}{}",
                 train.num_samples(), setup.loaders.test->num_samples(), config.data.dataset.type(),
                 train.out_height(), train.out_width(), train.channels(),
                 config.data.dataset.type() == "synthetic" ? std::string("generated samples") : config.data.root,
                 plan.steps_per_epoch, config.train.epochs, config.data.workers,
-                setup.loaders.pinned ? ", pinned batch buffers, device prefetch" : "");
+                setup.loaders.pinned ? ", pinned batch buffers, device prefetch" : "",
+                config.data.drop_last && dropped > 0
+                    ? fmt::format("; data.drop_last leaves out {} sample(s) an epoch ({})", dropped,
+                                  config.data.shuffle ? "different ones each epoch" : "always the last ones")
+                    : "");
+  log_classes(train.class_names());
   if (config.optimizer.lr_reference_batch > 0) {
     logger().info("learning rate: {:g} = optimizer.lr {:g} x global batch {} / optimizer.lr_reference_batch {}", b.lr,
                   config.optimizer.lr, b.global_batch, config.optimizer.lr_reference_batch);

@@ -24,11 +24,17 @@ namespace fs = std::filesystem;
 
 // ---- trainer eval ---------------------------------------------------------------------------------
 
-CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& checkpoint) {
-  const torch::Device device = resolve_device(config.run.device);
+CheckpointEvaluation evaluate_checkpoint(const Config& recipe, const fs::path& checkpoint) {
+  const torch::Device device = resolve_device(recipe.run.device);
   select_device(device);
-  configure_threads(config.run.threads, config.data.workers, device.is_cpu());
-  const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
+  configure_threads(recipe.run.threads, recipe.data.workers, device.is_cpu());
+  // The test split labelled as the checkpoint's run was (its class names), never by folder position.
+  Config config = recipe;
+  const std::vector<std::string> classes = read_checkpoint_class_names(checkpoint);
+  std::shared_ptr<data::Dataset> test = make_dataset(config, "test", classes, "the checkpoint " + checkpoint.string());
+  if (config.data.num_classes == 0) config.data.num_classes = test->num_classes();
+  DataRanks alone;
+  const std::shared_ptr<data::Loader> loader = make_loader(config, std::move(test), device, "test", false, alone);
   torch::nn::AnyModule model = make_model(config, loader->channels());
   // A run's saved config names the precision it chose; a recipe's `auto` evaluates in float32.
   const Precision precision = config.train.precision == Precision::kAuto ? Precision::kFp32 : config.train.precision;

@@ -23,7 +23,8 @@ struct CheckpointEvaluation {
 };
 
 // Builds the configured model, loads `checkpoint` into it and evaluates it (and its EMA weights)
-// on the config's test split, in train.precision as training evaluates (autocast for the mixed
+// on the config's test split (labelled by the checkpoint's class names: a class folder the run did
+// not train on, or one it lacks, is an error listing both), in train.precision as training evaluates (autocast for the mixed
 // precisions, bfloat16 weights for bf16-true, TF32 off for fp32: see apply_global_precision, which
 // it applies process-wide as the Trainer does).
 CheckpointEvaluation evaluate_checkpoint(const Config& config, const std::filesystem::path& checkpoint);

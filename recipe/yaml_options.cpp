@@ -125,7 +125,12 @@ void YamlReader::check_unknown_keys(const Frame& frame) {
     }
     const std::string name = kv.first.as<std::string>();
     if (frame.keys.count(name) || frame.dropped.count(name)) continue;
-    fail(kv.first, join(frame.prefix, name), unknown_key_message(frame, name));
+    const std::string path = join(frame.prefix, name);
+    // A key that a --set wrote (`--set trian.epochs=3`) is the command line's mistake, not the file's.
+    if (const Override* set = overrides_.first_within(path)) {
+      throw Error(fmt::format("--set {}: {}", set->path, unknown_key_message(frame, name)));
+    }
+    fail(kv.first, path, unknown_key_message(frame, name));
   }
 }
 
@@ -252,6 +257,17 @@ void YamlReader::typed(TypedOptions& value, const TypeCatalog& catalog, TypedLay
   };
   const std::string default_type = value.type();
   std::string type = default_type;
+  const YAML::Node given = child(frame.node, "type");
+  if (given.IsDefined() && given.IsScalar() && !known.accepts(given.Scalar())) {
+    // `type: ResNet18`: the registered name it was probably meant to be.
+    const auto names = catalog.names();
+    const std::string close = closest(given.Scalar(), std::set<std::string>(names.begin(), names.end()));
+    if (!close.empty()) {
+      fail(given, join(frame.prefix, "type"),
+           fmt::format("unknown {} type \"{}\"; did you mean {}? (known: {})", catalog.kind, given.Scalar(), close,
+                       fmt::join(names, ", ")));
+    }
+  }
   field("type", type, known);
   if (type != value.type()) value = TypedOptions(type, catalog.make(type));
   frame.chosen = fmt::format("{} type '{}'", catalog.kind, type);

@@ -13,6 +13,7 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.run.device = "cpu";
   c.run.threads = 1;
   c.data.root = data_root.string();
+  c.data.num_classes = 10;
   c.data.batch_size = 32;
   c.data.eval_batch_size = 64;
   c.data.mean = {0.5};

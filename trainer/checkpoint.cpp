@@ -125,6 +125,8 @@ namespace {
 void open_checkpoint(const fs::path& path, torch::serialize::InputArchive& archive, torch::Device device) {
   const std::string name = path.string();
   STOKER_CHECK(fs::is_regular_file(path), "checkpoint {} does not exist", name);
+  const std::string what = describe_file(path);
+  STOKER_CHECK(what.empty(), "{} is {}, not a Stoker checkpoint", name, what);
   try {
     archive.load_from(name, device);
   } catch (const std::exception& e) {
@@ -137,7 +139,9 @@ void open_checkpoint(const fs::path& path, torch::serialize::InputArchive& archi
   torch::IValue value;
   STOKER_CHECK(archive.try_read("format", value) && value.isString() &&
                    value.toStringRef() == kFormat,
-               "{} is not a Stoker checkpoint (no '{}' marker)", name, kFormat);
+               "{} is a TorchScript archive but not a Stoker checkpoint (no '{}' marker): a TorchScript module "
+               "(trainer export --format torchscript, torch.jit.save) loads with torch.jit.load / torch::jit::load",
+               name, kFormat);
 }
 
 }  // namespace
@@ -301,19 +305,6 @@ CheckpointContent load_checkpoint(const fs::path& path, torch::nn::Module& model
   CheckpointContent content = read_content(archive, name);
   read_rng(archive, device);
   return content;
-}
-
-fs::path resolve_checkpoint(const fs::path& run_dir_or_file) {
-  if (fs::is_directory(run_dir_or_file)) {
-    const fs::path last = run_dir_or_file / "checkpoints" / "last.pt";
-    STOKER_CHECK(fs::is_regular_file(last),
-                 "{} is a folder but holds no checkpoints/last.pt; pass a run directory or a .pt file",
-                 run_dir_or_file.string());
-    return last;
-  }
-  STOKER_CHECK(fs::is_regular_file(run_dir_or_file),
-               "{}: no such checkpoint file or run directory", run_dir_or_file.string());
-  return run_dir_or_file;
 }
 
 }  // namespace stoker

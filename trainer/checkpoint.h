@@ -95,7 +95,13 @@ int64_t resumed_batch_in_epoch(const TrainState& saved, int64_t world_size, int6
 // The class names saved in a checkpoint (empty if it has none).
 std::vector<std::string> read_checkpoint_class_names(const std::filesystem::path& path);
 
-// Accepts a checkpoint file or a run directory (then its checkpoints/last.pt).
+// Accepts a checkpoint file, a run directory (then its checkpoints/last.pt), or a run directory with
+// `:best` or `:last` after it (runs/x/20260101-120000:best: its checkpoints/best.pt). A file that is
+// not a Stoker checkpoint is refused here, saying what it is (describe_file) and what to do.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);
+
+// What a file that is not a Stoker checkpoint is, for messages: "a state dict or another torch.save
+// file (...)", "a TorchScript module", "a YAML file", "empty", or "" when it may be a checkpoint.
+std::string describe_file(const std::filesystem::path& path);
 
 }  // namespace stoker

@@ -328,6 +328,14 @@ TEST(ShardsCli, PacksAnImageFolderScaledDownIntoShardsThatTarListsAndTrainingRea
   EXPECT_EQ(data::create_dataset(o)->size(), 30);
   o.split = "test";
   EXPECT_EQ(data::create_dataset(o)->size(), 30);
+  // The class names travel with the shards (_info.json): the data set names them, a run trained from
+  // the shards saves them, and predict names its classes (issue 29, point 7).
+  EXPECT_EQ(data::create_dataset(o)->class_names(), (std::vector<std::string>{"class0", "class1", "class2"}));
+  o.num_classes = 0;
+  EXPECT_EQ(data::create_dataset(o)->num_classes(), 3);
+  o.num_classes = 4;
+  EXPECT_CONTAINS(stoker::testing::error_of([&] { data::create_dataset(o); }), "_info.json names 3 classes but "
+                  "data.num_classes is 4");
   // Packing again into the same folder is refused: it would mix two packs' shards.
   r = run(trainer("pack --from " + (dir / "folder").string() + " --to " + out.string()));
   EXPECT_EQ(r.exit_code, 1);

@@ -87,7 +87,7 @@ TEST(TrainerCli, AnUnknownFlagListsTheFlagsOfTheSubcommand) {
                      "--print-config, --steps",
                      "bench-step");
   expect_usage_error("eval --config a.yaml -x",
-                     "unknown argument '-x'; 'eval' takes: -h/--help, --config, --set, --print-config, --checkpoint",
+                     "unknown argument '-x'; 'eval' takes: -h/--help, --checkpoint, --config, --set, --print-config",
                      "eval");
   expect_usage_error("frobnicate --config a.yaml",
                      "unknown subcommand 'frobnicate'; the subcommands are: train, bench-data, bench-step, eval, predict, doctor, report, export, pack",
@@ -324,7 +324,7 @@ TEST(TrainerCli, SigintStopsAndResumeContinuesWithTheSavedConfig) {
       SIGINT, run_dir);
   ASSERT_FALSE(run_dir.empty()) << stopped.output;
   ASSERT_EQ(stopped.exit_code, 130) << stopped.output;
-  EXPECT_CONTAINS(stopped.output, "continue with: trainer --resume " + run_dir.string() + "\n");
+  EXPECT_CONTAINS(stopped.output, "continue with: " + std::string(STOKER_TRAINER_BIN) + " --resume " + run_dir.string() + "\n");
 
   // The printed command finishes the run as it was started: 1024 samples (32 steps) x 3 epochs.
   const Result resumed = run_trainer("--resume " + run_dir.string());
@@ -574,7 +574,7 @@ checkpoint: {{every_steps: {}, save_best: false}}
   EXPECT_GT(stopped_batch, kEvery) << output;
   EXPECT_LT(stopped_batch, kBatches) << output;
   EXPECT_TRUE(stopped_step == signalled_at.second || stopped_step == signalled_at.second + 1) << output;
-  EXPECT_CONTAINS(output, "continue with: trainer --resume " + run_dir.string() + "\n");
+  EXPECT_CONTAINS(output, "continue with: " + std::string(STOKER_TRAINER_BIN) + " --resume " + run_dir.string() + "\n");
 
   // The printed command finishes it; its final checkpoint is the uninterrupted run's.
   const Result resumed = run_trainer("--resume " + run_dir.string());
@@ -613,7 +613,7 @@ TEST(TrainerCli, DivergenceStopsWithTheStepAndNoNanCheckpoint) {
   EXPECT_CONTAINS(r.output, "training diverged: ");
   EXPECT_TRUE(std::regex_search(r.output, std::regex("became inf or NaN at step [0-9]+ \\(epoch [0-9]+, batch [0-9]+\\) "
                                                      "with learning rate"))) << r.output;
-  EXPECT_CONTAINS(r.output, "with a lower learning rate: trainer ");
+  EXPECT_CONTAINS(r.output, "with a lower learning rate: " + std::string(STOKER_TRAINER_BIN) + " ");
   EXPECT_CONTAINS(r.output, "--set optimizer.lr=100000");
   int checked = 0;
   for (const auto& run : fs::directory_iterator(data / "runs/cli")) {
@@ -760,7 +760,7 @@ TEST_F(TrainerCliCheckpoints, PredictErrorsNameTheFile) {
   EXPECT_CONTAINS(r.output, "predict needs one or more image files");
   r = run_trainer("eval --config " + recipe_.string());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_CONTAINS(r.output, "eval needs --checkpoint FILE");
+  EXPECT_CONTAINS(r.output, "eval needs --checkpoint RUN|FILE");
 }
 
 // Issue 19: on a CPU whose oneDNN has no bf16 path (capped here at AVX2, as an AVX2-only CPU is),

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "data/image_folder.h"
 #include "data/loader.h"
 #include "data/transform_options.h"
 #include "test_util.h"
@@ -93,7 +94,7 @@ TEST(Idx, ClassNamesOnlyWhenNamed) {
 TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {
   TempDir dir;
   EXPECT_CONTAINS(error_of([&] { ImageFolderDataset(options("image_folder", dir.path())); }),
-                  "data.root must hold train/ and val/ folders");
+                  "has no train/ folder; give data.root a folder that holds train/<class>/ and val/<class>/");
   fs::create_directories(dir / "train/cat");
   EXPECT_CONTAINS(error_of([&] { ImageFolderDataset(options("image_folder", dir.path())); }),
                   "class folder " + (dir / "train/cat").string() + " holds no .jpg, .jpeg or .png files");

@@ -231,8 +231,8 @@ TEST(DistributedTrainer, AnErrorOnOneRankIsNamedInTheOthersErrors) {
   const std::string log0 = testing::read_bytes(dir / "rank0.log");
   EXPECT_EQ(code1, 1) << testing::read_bytes(dir / "rank1.log");
   EXPECT_EQ(code0, 1) << log0;
-  EXPECT_CONTAINS(log0, "error: rank 0 of 2: rank 1 failed first: image folder ");
-  EXPECT_CONTAINS(log0, "missing/train does not exist");
+  EXPECT_CONTAINS(log0, "error: rank 0 of 2: rank 1 failed first: data.root ");
+  EXPECT_CONTAINS(log0, "missing is not a folder");
 }
 
 // SIGTERM to one rank only: the ranks agree on the stop at the next step, so both stop at the same
