@@ -8,7 +8,9 @@
 #include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
+#include "models/efficientnet.h"
 #include "models/mlp.h"
+#include "models/mobilenet_v3.h"
 #include "models/resnet.h"
 
 namespace stoker::models {
@@ -26,6 +28,24 @@ ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels))
           }};
 }
 
+// An EfficientNet variant, its keys' defaults torchvision's for the variant (the classifier's dropout).
+ModelType efficientnet_type(const std::string& name) {
+  const EfficientNetVariant variant = efficientnet_variant(name);
+  return {[variant] {
+            auto options = std::make_unique<EfficientNetOptions>();
+            options->dropout = variant.dropout;
+            return options;
+          },
+          [variant](const TypeOptions& own, const ModelShape& s) {
+            return nn::AnyModule(EfficientNet(variant, dynamic_cast<const EfficientNetOptions&>(own), s));
+          }};
+}
+
+ModelType mobilenet_v3_type(MobileNetV3Size size) {
+  return model_type<MobileNetV3Options>(
+      [size](const MobileNetV3Options& o, const ModelShape& s) { return MobileNetV3(size, o, s); });
+}
+
 void add_stoker_models(Registry<ModelType>& r) {
   r.add("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
           return CompactResNet(o, s);
@@ -39,6 +59,13 @@ void add_stoker_models(Registry<ModelType>& r) {
   r.add("resnet101", resnet_type(&resnet101));
   r.add("cifar_resnet20", resnet_type(&cifar_resnet20));
   r.add("cifar_resnet56", resnet_type(&cifar_resnet56));
+  // torchvision-compatible EfficientNet-B0..B3 and MobileNetV3 (models/efficientnet.h,
+  // models/mobilenet_v3.h): drop_path_rate and dropout their keys.
+  for (const char* name : {"efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3"}) {
+    r.add(name, efficientnet_type(name));
+  }
+  r.add("mobilenet_v3_small", mobilenet_v3_type(MobileNetV3Size::kSmall));
+  r.add("mobilenet_v3_large", mobilenet_v3_type(MobileNetV3Size::kLarge));
 }
 
 }  // namespace

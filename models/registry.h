@@ -1,6 +1,7 @@
 // The model registry: each model type's own options and factory (ModelType), and the
 // process-wide name -> type table with Stoker's own models in it (compact_resnet,
-// cifar_resnet20/56, resnet18/34/50/101; see the README's model table).
+// cifar_resnet20/56, resnet18/34/50/101, efficientnet_b0..b3, mobilenet_v3_small/large; see the
+// README's model table).
 #pragma once
 
 #include <cstdint>

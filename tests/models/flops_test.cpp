@@ -1,6 +1,7 @@
 // FLOPs of Stoker's ResNets counted from the operators their forward passes run, against hand
-// computations and torchvision's figure; the peak table; MFU. FlopsPython compares with PyTorch's
-// own counter (torch.utils.flop_counter) on torchvision's resnet18.
+// computations and torchvision's figures; the peak table; MFU. FlopsPython compares with PyTorch's
+// own counter (torch.utils.flop_counter) on torchvision's resnet18, efficientnet_b0 and
+// mobilenet_v3_small.
 #include "models/flops.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,25 @@ TEST(Flops, CompactResnetMatchesAHandCount) {
   EXPECT_EQ(count_forward_flops(model, {1, 56, 56}).conv_macs, 4 * 15767808.0);
 }
 
+// torchvision's weights list "_ops" (G multiply-adds, what it calls GFLOPS) at each weights' crop
+// size, to three decimals: EfficientNet's and MobileNetV3's depthwise (k x k MACs per output
+// element) and squeeze-excitation convolutions (on a 1x1 map) count as theirs.
+TEST(Flops, EfficientNetAndMobileNetV3MatchTorchvisionsListedOps) {
+  struct Listed {
+    const char* type;
+    int64_t size;
+    double gmacs;
+  };
+  for (const Listed& l : {Listed{"efficientnet_b0", 224, 0.386}, Listed{"efficientnet_b1", 240, 0.687},
+                          Listed{"efficientnet_b2", 288, 1.088}, Listed{"efficientnet_b3", 300, 1.827},
+                          Listed{"mobilenet_v3_small", 224, 0.057}, Listed{"mobilenet_v3_large", 224, 0.217}}) {
+    torch::nn::AnyModule model = create_model(model_options(l.type), {3, 1000});
+    const FlopCount count = count_forward_flops(model, {3, l.size, l.size});
+    EXPECT_NEAR(count.macs() / 1e9, l.gmacs, 0.0005) << l.type;
+    EXPECT_EQ(count.matmuls, std::string(l.type).rfind("mobilenet", 0) == 0 ? 2 : 1) << l.type;
+  }
+}
+
 TEST(Flops, PeakTableAndMfu) {
   EXPECT_EQ(gpu_peak_flops("NVIDIA H100 80GB HBM3", MathType::kBf16), 989.4e12);
   EXPECT_EQ(gpu_peak_flops("NVIDIA H100 PCIe", MathType::kBf16), 756e12);
@@ -90,7 +110,11 @@ TEST(Flops, CpuPeakIsMeasured) {
   EXPECT_CONTAINS(bf16_source, "the faster of float32 and bf16");
 }
 
-TEST(FlopsPython, Resnet18MatchesTorchFlopCounter) {
+// PyTorch's own counter on torchvision's model and Stoker's count of its own, at 224x224: equal.
+class FlopsPython : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FlopsPython, MatchesTorchFlopCounter) {
+  const std::string type = GetParam();
   std::string why;
   const auto python = testing::venv_python(&why);
   if (python.empty()) GTEST_SKIP() << why << ", and torchvision with `bash bench/setup.sh`";
@@ -102,16 +126,19 @@ TEST(FlopsPython, Resnet18MatchesTorchFlopCounter) {
   const std::string script =
       "import torch, torchvision\n"
       "from torch.utils.flop_counter import FlopCounterMode\n"
-      "m = torchvision.models.resnet18().eval()\n"
+      "m = torchvision.models." + type + "().eval()\n"
       "with FlopCounterMode(display=False) as f, torch.no_grad():\n"
       "    m(torch.zeros(1, 3, 224, 224))\n"
       "print(f.get_total_flops())\n";
   testing::write_bytes(dir / "count.py", script);
   ASSERT_EQ(testing::shell("'" + python.string() + "' '" + (dir / "count.py").string() + "' >'" + out.string() + "' 2>&1"), 0)
       << testing::read_bytes(out);
-  torch::nn::AnyModule model(resnet18(1000, 3));
+  torch::nn::AnyModule model = create_model(model_options(type), {3, 1000});
   EXPECT_EQ(std::stod(testing::read_bytes(out)), count_forward_flops(model, {3, 224, 224}).flops());
 }
+
+INSTANTIATE_TEST_SUITE_P(Torchvision, FlopsPython,
+                         ::testing::Values("resnet18", "efficientnet_b0", "mobilenet_v3_small"));
 
 }  // namespace
 }  // namespace stoker::models

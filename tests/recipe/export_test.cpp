@@ -1,5 +1,5 @@
 // `trainer export --format torchscript` of real checkpoints (compact_resnet with its EMA weights,
-// torchvision-layout resnet18 on a small input; a bf16-true channels-last run, which exports float32
+// torchvision-layout resnet18, efficientnet_b0 and mobilenet_v3_small on a small input; a bf16-true channels-last run, which exports float32
 // weights): the file loads with torch::jit::load in C++ and
 // (suite ExportPython) torch.jit.load in Python, whose logits equal the C++ model's and whose
 // softmax equals `trainer predict`'s probabilities on the same image.
@@ -222,6 +222,12 @@ TEST_F(ExportPython, TorchvisionResNet18OnASmallInputMatchesTheModelAndPredict) 
   // No EMA in this run: --ema is refused as for state_dict.
   EXPECT_CONTAINS(testing::error_of([&] { export_torchscript(run, true, runs_.path() / "x.pt"); }),
                   "has no EMA weights");
+}
+
+TEST_F(ExportPython, EfficientNetAndMobileNetV3MatchTheModelAndPredict) {
+  for (const char* type : {"efficientnet_b0", "mobilenet_v3_small"}) {
+    check_export(train(data_.path(), runs_.path(), models::model_options(type), 0.0), /*ema=*/false, type);
+  }
 }
 
 }  // namespace
