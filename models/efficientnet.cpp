@@ -1,7 +1,9 @@
 // torchvision-compatible EfficientNet-B0..B3 (models/efficientnet.h).
 #include "models/efficientnet.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 #include <torch/torch.h>
@@ -76,7 +78,7 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetVariant& variant, const Eff
   const double w = variant.width_mult;
   features = nn::Sequential();
   const int64_t stem = scaled_width(kStages[0].in, w);
-  features->push_back(ConvNormActivation(shape.in_channels, stem, {3, 2, 1, 1, Activation::kSiLU, {}}));
+  features->push_back(ConvNormActivation(shape.in_channels, stem, ConvNormSettings{3, 2, 1, 1, Activation::kSiLU, {}}));
   for (const StageRow& row : kStages) {
     nn::Sequential stage;
     const int64_t in = scaled_width(row.in, w), out = scaled_width(row.out, w);
@@ -86,7 +88,7 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetVariant& variant, const Eff
     features->push_back(stage);
   }
   const int64_t last = scaled_width(kStages[std::size(kStages) - 1].out, w);
-  features->push_back(ConvNormActivation(last, 4 * last, {1, 1, 1, 1, Activation::kSiLU, {}}));
+  features->push_back(ConvNormActivation(last, 4 * last, ConvNormSettings{1, 1, 1, 1, Activation::kSiLU, {}}));
   register_module("features", features);
   classifier = register_module(
       "classifier", nn::Sequential(nn::Dropout(options.dropout), nn::Linear(4 * last, shape.num_classes)));

@@ -1,6 +1,7 @@
 // The blocks EfficientNet and MobileNetV3 share (models/mobile_blocks.h).
 #include "models/mobile_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -32,7 +33,7 @@ int64_t make_divisible(double v, int64_t divisor, int64_t min_value) {
   return out;
 }
 
-ConvNormActivationImpl::ConvNormActivationImpl(int64_t in, int64_t out, const Settings& s)
+ConvNormActivationImpl::ConvNormActivationImpl(int64_t in, int64_t out, const ConvNormSettings& s)
     : activation_(s.activation) {
   STOKER_CHECK(in > 0 && out > 0 && s.kernel > 0 && s.stride > 0 && s.groups > 0 && s.dilation > 0,
                "a convolution needs positive channels, kernel, stride, groups and dilation; got {} -> {}, "
@@ -69,11 +70,12 @@ InvertedResidualImpl::InvertedResidualImpl(const InvertedResidualSettings& s) {
   residual_ = s.stride == 1 && s.in == s.out;
   block = nn::Sequential();
   if (s.expanded != s.in) {
-    block->push_back(ConvNormActivation(s.in, s.expanded, {1, 1, 1, 1, s.activation, s.norm}));
+    block->push_back(ConvNormActivation(s.in, s.expanded, ConvNormSettings{1, 1, 1, 1, s.activation, s.norm}));
   }
-  block->push_back(ConvNormActivation(s.expanded, s.expanded, {s.kernel, s.stride, s.expanded, 1, s.activation, s.norm}));
+  block->push_back(
+      ConvNormActivation(s.expanded, s.expanded, ConvNormSettings{s.kernel, s.stride, s.expanded, 1, s.activation, s.norm}));
   if (s.squeeze > 0) block->push_back(SqueezeExcitation(s.expanded, s.squeeze, s.se_activation, s.se_gate));
-  block->push_back(ConvNormActivation(s.expanded, s.out, {1, 1, 1, 1, Activation::kNone, s.norm}));
+  block->push_back(ConvNormActivation(s.expanded, s.out, ConvNormSettings{1, 1, 1, 1, Activation::kNone, s.norm}));
   register_module("block", block);
 }
 

@@ -38,15 +38,17 @@ struct NormSettings {
 // `divisor` (half up), at least `min_value` (the divisor when 0), and never below 90% of v.
 int64_t make_divisible(double v, int64_t divisor = 8, int64_t min_value = 0);
 
+// A ConvNormActivation's convolution, activation and batch norm.
+struct ConvNormSettings {
+  int64_t kernel = 3, stride = 1, groups = 1, dilation = 1;
+  Activation activation = Activation::kReLU;
+  NormSettings norm;
+};
+
 // Conv2d (no bias) `0`, BatchNorm2d `1`, then the activation.
 class ConvNormActivationImpl : public torch::nn::Module {
  public:
-  struct Settings {
-    int64_t kernel = 3, stride = 1, groups = 1, dilation = 1;
-    Activation activation = Activation::kReLU;
-    NormSettings norm;
-  };
-  ConvNormActivationImpl(int64_t in, int64_t out, const Settings& settings);
+  ConvNormActivationImpl(int64_t in, int64_t out, const ConvNormSettings& settings);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:

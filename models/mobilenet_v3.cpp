@@ -51,7 +51,8 @@ MobileNetV3Impl::MobileNetV3Impl(MobileNetV3Size size, const MobileNetV3Options&
                shape.in_channels);
   const std::vector<BlockRow>& table = block_table(size);
   features = nn::Sequential();
-  features->push_back(ConvNormActivation(shape.in_channels, table.front().in, {3, 2, 1, 1, Activation::kHardswish, kNorm}));
+  features->push_back(
+      ConvNormActivation(shape.in_channels, table.front().in, ConvNormSettings{3, 2, 1, 1, Activation::kHardswish, kNorm}));
   for (const BlockRow& row : table) {
     InvertedResidualSettings s;
     s.in = row.in;
@@ -67,7 +68,7 @@ MobileNetV3Impl::MobileNetV3Impl(MobileNetV3Size size, const MobileNetV3Options&
     features->push_back(InvertedResidual(s));
   }
   const int64_t last = table.back().out, head = 6 * last;
-  features->push_back(ConvNormActivation(last, head, {1, 1, 1, 1, Activation::kHardswish, kNorm}));
+  features->push_back(ConvNormActivation(last, head, ConvNormSettings{1, 1, 1, 1, Activation::kHardswish, kNorm}));
   register_module("features", features);
   const int64_t hidden = size == MobileNetV3Size::kLarge ? 1280 : 1024;
   classifier = register_module(

@@ -79,7 +79,10 @@ Tolerance tolerance_of(const std::string& name) {
   if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
   if (name == "lamb") return {1e-9, false};      // Lamb.MatchesTimmsGoldenValues
   if (name == "augment") return {1e-7, false};   // AugmentOps.* (float32 magnitudes, exact bytes)
-  return {1e-4, true};                           // {ResNet,EfficientNet,MobileNetV3}.MatchesCheckedInTorchvisionLogits
+  // {EfficientNet,MobileNetV3}.MatchesCheckedInTorchvisionLogits: 1e-4 of each model's largest logit,
+  // which differ by two orders of magnitude between the models and modes of the header.
+  if (name == "mobile") return {1e-4, false};
+  return {1e-4, true};                           // ResNet.MatchesCheckedInTorchvisionLogits
 }
 
 // "" when `got` is `want` up to the tolerance; otherwise the first difference, with its line.

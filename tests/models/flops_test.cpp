@@ -131,8 +131,8 @@ TEST_P(FlopsPython, MatchesTorchFlopCounter) {
       "    m(torch.zeros(1, 3, 224, 224))\n"
       "print(f.get_total_flops())\n";
   testing::write_bytes(dir / "count.py", script);
-  ASSERT_EQ(testing::shell("'" + python.string() + "' '" + (dir / "count.py").string() + "' >'" + out.string() + "' 2>&1"), 0)
-      << testing::read_bytes(out);
+  const std::string command = "'" + python.string() + "' '" + (dir / "count.py").string() + "' >'" + out.string() + "' 2>&1";
+  ASSERT_EQ(testing::shell(command), 0) << testing::read_bytes(out);
   torch::nn::AnyModule model = create_model(model_options(type), {3, 1000});
   EXPECT_EQ(std::stod(testing::read_bytes(out)), count_forward_flops(model, {3, 224, 224}).flops());
 }

@@ -24,7 +24,7 @@ TEST(MobileBlocks, MakeDivisibleEqualsTorchvisions) {
 }
 
 TEST(MobileBlocks, ConvNormActivationHasTorchvisionsNamesAndPadding) {
-  ConvNormActivation depthwise(24, 24, {5, 2, 24, 1, Activation::kHardswish, {0.001, 0.01}});
+  ConvNormActivation depthwise(24, 24, ConvNormSettings{5, 2, 24, 1, Activation::kHardswish, {0.001, 0.01}});
   const auto s = state_map(*depthwise);
   EXPECT_EQ(s.size(), 6u);  // 0.weight, 1.{weight, bias, running_mean, running_var, num_batches_tracked}
   EXPECT_EQ(s.at("0.weight").sizes(), (std::vector<int64_t>{24, 1, 5, 5}));
@@ -38,7 +38,7 @@ TEST(MobileBlocks, ConvNormActivationHasTorchvisionsNamesAndPadding) {
   EXPECT_EQ(depthwise->forward(torch::randn({2, 24, 9, 10})).sizes(), (std::vector<int64_t>{2, 24, 5, 5}));
 
   // Conv, batch norm (evaluation: running statistics 0 and 1), then the activation.
-  ConvNormActivation plain(3, 4, {1, 1, 1, 1, Activation::kSiLU, {}});
+  ConvNormActivation plain(3, 4, ConvNormSettings{1, 1, 1, 1, Activation::kSiLU, {}});
   plain->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({2, 3, 4, 4});

@@ -120,7 +120,8 @@ TEST(MobileNetV3, KeysReachTheNetwork) {
     }
     return rates;
   };
-  torch::nn::AnyModule plain = create_model(parse_config("model: {type: mobilenet_v3_large}\n", "r.yaml").model, {3, 10});
+  torch::nn::AnyModule plain =
+      create_model(parse_config("model: {type: mobilenet_v3_large}\n", "r.yaml").model, {3, 10});
   EXPECT_EQ(dropout_of(plain), 0.2);
   for (double r : rates_of(plain)) EXPECT_EQ(r, 0.0);
   torch::nn::AnyModule set = create_model(

@@ -1,6 +1,6 @@
 // `trainer export --format torchscript` of real checkpoints (compact_resnet with its EMA weights,
-// torchvision-layout resnet18, efficientnet_b0 and mobilenet_v3_small on a small input; a bf16-true channels-last run, which exports float32
-// weights): the file loads with torch::jit::load in C++ and
+// torchvision-layout resnet18, efficientnet_b0 and mobilenet_v3_small on a small input; a bf16-true
+// channels-last run, which exports float32 weights): the file loads with torch::jit::load in C++ and
 // (suite ExportPython) torch.jit.load in Python, whose logits equal the C++ model's and whose
 // softmax equals `trainer predict`'s probabilities on the same image.
 #include <fmt/ranges.h>

@@ -144,8 +144,8 @@ TEST_P(MobileFamilies, OneEpochRunExportsTorchScriptAndAStateDict) {
   export_checkpoint(e);
   const std::string bytes = testing::read_bytes(e.output);
   EXPECT_NE(bytes.find("features.0.0.weight"), std::string::npos);
-  EXPECT_NE(bytes.find(std::string(GetParam()).rfind("mobilenet", 0) == 0 ? "classifier.3.weight" : "classifier.1.weight"),
-            std::string::npos);
+  const bool mobilenet = std::string(GetParam()).rfind("mobilenet", 0) == 0;
+  EXPECT_NE(bytes.find(mobilenet ? "classifier.3.weight" : "classifier.1.weight"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MobileFamilies,
