@@ -1,0 +1,66 @@
+// What the tests of the torchvision-compatible families (ResNet, ViT, ConvNeXt) share: the integer
+// formula that fills a model's weights and input by name, as tests/golden/resnet_golden.py does on the
+// Python side (so that checked-in logits need no stored weights), state-dict helpers, and a fixture
+// for the live comparisons through the libtorch venv's Python (suites named *Python).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "golden/vit_convnext_golden.h"
+#include "test_util.h"
+
+namespace stoker::models::testing {
+
+// Must match PRIME, name_key(), unit(), golden_value() and golden_input() in
+// tests/golden/resnet_golden.py: exact int64 arithmetic, then correctly rounded double operations,
+// then float32.
+torch::Tensor golden_value(const std::string& name, torch::IntArrayRef shape);
+torch::Tensor golden_input(const std::vector<int64_t>& shape);
+// n values in (-1, 1), float64: the script's unit(n, name_key(name)).
+torch::Tensor golden_unit(int64_t n, const std::string& name);
+// Fills every floating-point parameter and buffer of `model` by name; returns how many it filled.
+int64_t golden_fill(torch::nn::Module& model);
+
+// Every parameter and buffer by its dotted name.
+std::map<std::string, torch::Tensor> state_map(torch::nn::Module& model);
+int64_t parameter_count(torch::nn::Module& model);
+// A tensor saved with torch.save(tensor, file).
+torch::Tensor read_tensor(const std::filesystem::path& path);
+
+// `actual` within 1e-4 (relative and absolute) of `expected`, which must vary (else the comparison
+// would say nothing); records the largest difference as a test property.
+void expect_close(const torch::Tensor& actual, const torch::Tensor& expected);
+
+// Builds golden `g`'s network in Stoker (its `model` YAML, for its input's size), fills it by the
+// formula and checks it against torchvision's: the number of entries filled, the logits in eval and in
+// train mode (every one within 1e-4 of the largest |logit|) and the forward FLOPs of one sample.
+void expect_matches_family_golden(const golden::FamilyGolden& g);
+
+// A suite that runs tests/golden/SCRIPT through the venv's Python with torchvision; every test skips,
+// saying what is missing and how to get it, without them.
+class TorchvisionPython : public ::testing::Test {
+ protected:
+  explicit TorchvisionPython(std::string script) : script_name_(std::move(script)) {}
+  static void SetUpTestSuite();
+  void SetUp() override;
+  // Runs the script with `arguments` (the temp dir is passed as `{dir}`); fails the test with the
+  // script's output if it fails. Returns what it printed.
+  std::string run(const std::string& arguments);
+  // "NAME NUMBER" lines, as the scripts' `count` mode prints them.
+  static std::map<std::string, int64_t> counts(const std::string& printed);
+
+  static inline std::filesystem::path python_;
+  static inline std::string skip_reason_;
+  stoker::testing::TempDir tmp_;
+  std::string script_name_;
+  std::filesystem::path script_;
+};
+
+}  // namespace stoker::models::testing
