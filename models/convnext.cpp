@@ -85,7 +85,7 @@ ConvNextImpl::ConvNextImpl(const ConvNextConfig& c, const ModelShape& shape) : c
                 "make the data's transforms end at {} pixels or more (a resize)",
                 c.name, shape.height, shape.width, stages - 1, smallest, smallest, smallest);
   }
-  features = register_module("features", nn::Sequential());
+  features = register_module("features", nn::ModuleList());
   stem_conv = nn::Conv2d(nn::Conv2dOptions(shape.in_channels, c.widths[0], 4).stride(4));
   stem_norm = LayerNorm2d(c.widths[0]);
   features->push_back(nn::Sequential(stem_conv, stem_norm));

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -101,7 +102,8 @@ class ConvNextImpl : public torch::nn::Module {
 
  private:
   ConvNextConfig config_;
-  torch::nn::Sequential features{nullptr}, classifier{nullptr};
+  torch::nn::ModuleList features{nullptr};  // (a Sequential cannot hold the stages' Sequentials)
+  torch::nn::Sequential classifier{nullptr};
   torch::nn::Conv2d stem_conv{nullptr};
   LayerNorm2d stem_norm{nullptr}, head_norm{nullptr};
   std::vector<std::vector<CNBlock>> stages_;
