@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Step time of the ViT and ConvNeXt families (issue 30): Stoker's training step (`trainer bench-step`,
+# bench/step_families.yaml) against torchvision's same network in a PyTorch eager loop
+# (bench/torchvision_step.py), float32 and bf16-mixed, batch 32 of 32x32 RGB. The two run in turn,
+# ROUNDS times, so that a machine whose speed drifts (other builds) moves both; each pair's ratio is
+# torchvision's ms/step over Stoker's (above 1: Stoker is faster). One JSON line per measurement.
+#
+#   bash bench/run_families_bench.sh [TRAINER_BIN]     # default build/release/apps/trainer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-build/release/apps/trainer}
+PY=${STOKER_PYTHON:-$HOME/.cache/stoker/venv-torch-2.11.0/bin/python}
+STEPS=${STOKER_BENCH_STEPS:-30}
+ROUNDS=${STOKER_BENCH_ROUNDS:-3}
+
+ms_of() { sed -n 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/p' | tail -n 1; }
+
+for family in vit convnext; do
+  for precision in fp32 bf16-mixed; do
+    for round in $(seq "$ROUNDS"); do
+      stoker=$("$BIN" bench-step --config bench/step_families.yaml --steps "$STEPS" \
+        --set "model={type: $family}" --set "train.precision=$precision" 2>/dev/null | ms_of)
+      torch=$("$PY" bench/torchvision_step.py "$family" --precision "$precision" --steps "$STEPS" | ms_of)
+      ratio=$(awk -v a="$torch" -v b="$stoker" 'BEGIN { printf "%.3f", a / b }')
+      echo "{\"family\":\"$family\",\"precision\":\"$precision\",\"round\":$round,\"stoker_ms\":$stoker,\"torchvision_ms\":$torch,\"torchvision_over_stoker\":$ratio,\"date\":\"$(date -u +%F)\"}"
+    done
+  done
+done
