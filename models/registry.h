@@ -32,7 +32,7 @@ using ModelResolver = std::function<void(TypeOptions&, const ModelShape&)>;
 struct ModelType {
   OptionsMaker options = options_of<NoOptions>();
   ModelFactory create;
-  ModelResolver resolve;
+  ModelResolver resolve = nullptr;
 };
 
 // A ModelType whose factory takes its own options struct:
