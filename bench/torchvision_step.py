@@ -3,8 +3,8 @@ bench/run_families_bench.sh times Stoker's `trainer bench-step --config bench/st
 
     python bench/torchvision_step.py vit|convnext [--precision fp32|bf16-mixed] [--steps N] [--warmup N]
 
-The same network as the recipe's (`vit`: VisionTransformer(32, patch 4, 6 layers, 3 heads, width 192,
-MLP 768); `convnext`: ConvNeXt widths 32/64/128/256, depths 1/1/3/1), 10 classes, batch 32 of 32x32 RGB
+The same network as the recipe's (`vit`: VisionTransformer(32, patch 4, 4 layers, 3 heads, width 96,
+MLP 384); `convnext`: ConvNeXt widths 32/64/128/256, depths 1/1/3/1), 10 classes, batch 32 of 32x32 RGB
 already in memory, SGD (momentum 0.9, Nesterov, no weight decay), cross-entropy; bf16-mixed under
 torch.autocast. Warm-up steps first, then the timed ones; prints one JSON line with ms_per_step.
 Threads: PyTorch's default (one per core), as the recipe's run.threads: 0.
@@ -23,7 +23,7 @@ from torchvision.models.vision_transformer import VisionTransformer  # noqa: E40
 
 def build(family):
     if family == "vit":
-        return VisionTransformer(32, 4, 6, 3, 192, 768, num_classes=10)
+        return VisionTransformer(32, 4, 4, 3, 96, 384, num_classes=10)
     widths, depths = [32, 64, 128, 256], [1, 1, 3, 1]
     return ConvNeXt([CNBlockConfig(w, widths[i + 1] if i + 1 < len(widths) else None, d)
                      for i, (w, d) in enumerate(zip(widths, depths))], num_classes=10)
