@@ -14,7 +14,6 @@
 #include "golden/vit_convnext_golden.h"
 #include "models/flops.h"
 #include "models/registry.h"
-#include "models/state_dict.h"
 #include "models/torchvision_golden.h"
 #include "recipe/config.h"
 #include "test_util.h"
@@ -149,31 +148,16 @@ TEST(ConvNext, ChannelsLastGivesTheSameLogits) {
 // ---------------------------------------------------------------------------------------------
 // Live, through the venv's Python (tests/golden/vit_convnext_golden.py make|check|count).
 
-class ConvNextPython : public TorchvisionPython {
- protected:
-  ConvNextPython() : TorchvisionPython("vit_convnext_golden.py") {}
-};
+class ConvNextPython : public FamilyPython {};
 
 TEST_F(ConvNextPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
-  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
   torch::nn::AnyModule model = small_convnext();
-  load_state_dict(*model.ptr(), tmp_ / "torchvision_convnext.pt");
-  model.ptr()->eval();
-  torch::NoGradGuard no_grad;
-  expect_close(model.forward(read_tensor(tmp_ / "input_convnext.pt")),
-               read_tensor(tmp_ / "torchvision_logits_convnext.pt"));
+  expect_loads_torchvision_weights(model, "convnext");
 }
 
 TEST_F(ConvNextPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
-  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));  // the input
-  torch::manual_seed(11);
   torch::nn::AnyModule model = small_convnext();
-  golden_fill(*model.ptr());  // every entry non-trivial (the layer scales are 1e-6 as built)
-  save_state_dict(*model.ptr(), tmp_ / "stoker_convnext.pt");
-  ASSERT_NO_FATAL_FAILURE(run("check {dir} convnext"));
-  model.ptr()->eval();
-  torch::NoGradGuard no_grad;
-  expect_close(read_tensor(tmp_ / "python_logits_convnext.pt"), model.forward(read_tensor(tmp_ / "input_convnext.pt")));
+  expect_torchvision_loads_ours(model, "convnext");
 }
 
 TEST_F(ConvNextPython, ParameterCountsEqualTorchvisions) {

@@ -6,6 +6,7 @@
 
 #include "models/flops.h"
 #include "models/registry.h"
+#include "models/state_dict.h"
 #include "recipe/config.h"
 
 namespace stoker::models::testing {
@@ -161,6 +162,26 @@ std::string TorchvisionPython::run(const std::string& arguments) {
   const std::string err = stoker::testing::read_bytes(log);
   EXPECT_EQ(err, "") << "the script wrote to stderr (a warning from torch.load?)";
   return stoker::testing::read_bytes(out);
+}
+
+void FamilyPython::expect_loads_torchvision_weights(torch::nn::AnyModule& model, const std::string& arch) {
+  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
+  load_state_dict(*model.ptr(), tmp_ / fmt::format("torchvision_{}.pt", arch));
+  model.ptr()->eval();
+  torch::NoGradGuard no_grad;
+  expect_close(model.forward(read_tensor(tmp_ / fmt::format("input_{}.pt", arch))),
+               read_tensor(tmp_ / fmt::format("torchvision_logits_{}.pt", arch)));
+}
+
+void FamilyPython::expect_torchvision_loads_ours(torch::nn::AnyModule& model, const std::string& arch) {
+  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));  // the input
+  golden_fill(*model.ptr());
+  save_state_dict(*model.ptr(), tmp_ / fmt::format("stoker_{}.pt", arch));
+  ASSERT_NO_FATAL_FAILURE(run("check {dir} " + arch));
+  model.ptr()->eval();
+  torch::NoGradGuard no_grad;
+  expect_close(read_tensor(tmp_ / fmt::format("python_logits_{}.pt", arch)),
+               model.forward(read_tensor(tmp_ / fmt::format("input_{}.pt", arch))));
 }
 
 std::map<std::string, int64_t> TorchvisionPython::counts(const std::string& printed) {

@@ -63,4 +63,16 @@ class TorchvisionPython : public ::testing::Test {
   std::filesystem::path script_;
 };
 
+// The ViT and ConvNeXt suites (tests/golden/vit_convnext_golden.py; `arch` vit or convnext): weights
+// both ways between `model` (the script's small network, built by the test) and torchvision.
+class FamilyPython : public TorchvisionPython {
+ protected:
+  FamilyPython() : TorchvisionPython("vit_convnext_golden.py") {}
+  // Loads the script's seeded torchvision weights strict into `model`; its logits must be torchvision's.
+  void expect_loads_torchvision_weights(torch::nn::AnyModule& model, const std::string& arch);
+  // Fills `model` by the formula (every entry non-trivial: heads, class tokens and layer scales are
+  // not, as built), saves it, loads it strict into torchvision; its logits must be ours.
+  void expect_torchvision_loads_ours(torch::nn::AnyModule& model, const std::string& arch);
+};
+
 }  // namespace stoker::models::testing

@@ -15,7 +15,6 @@
 #include "golden/vit_convnext_golden.h"
 #include "models/flops.h"
 #include "models/registry.h"
-#include "models/state_dict.h"
 #include "models/torchvision_golden.h"
 #include "recipe/config.h"
 #include "test_util.h"
@@ -230,30 +229,16 @@ TEST(Vit, StochasticDepthAndDropoutOnlyInTraining) {
 // ---------------------------------------------------------------------------------------------
 // Live, through the venv's Python (tests/golden/vit_convnext_golden.py make|check|count).
 
-class VitPython : public TorchvisionPython {
- protected:
-  VitPython() : TorchvisionPython("vit_convnext_golden.py") {}
-};
+class VitPython : public FamilyPython {};
 
 TEST_F(VitPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
-  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
   torch::nn::AnyModule model = small_vit();
-  load_state_dict(*model.ptr(), tmp_ / "torchvision_vit.pt");
-  model.ptr()->eval();
-  torch::NoGradGuard no_grad;
-  expect_close(model.forward(read_tensor(tmp_ / "input_vit.pt")), read_tensor(tmp_ / "torchvision_logits_vit.pt"));
+  expect_loads_torchvision_weights(model, "vit");
 }
 
 TEST_F(VitPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
-  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));  // the input
-  torch::manual_seed(11);
   torch::nn::AnyModule model = small_vit();
-  golden_fill(*model.ptr());  // every entry non-trivial (the head and class token are zero as built)
-  save_state_dict(*model.ptr(), tmp_ / "stoker_vit.pt");
-  ASSERT_NO_FATAL_FAILURE(run("check {dir} vit"));
-  model.ptr()->eval();
-  torch::NoGradGuard no_grad;
-  expect_close(read_tensor(tmp_ / "python_logits_vit.pt"), model.forward(read_tensor(tmp_ / "input_vit.pt")));
+  expect_torchvision_loads_ours(model, "vit");
 }
 
 // The named configurations' parameter counts equal torchvision's (built on the meta device there).

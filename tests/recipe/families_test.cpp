@@ -18,7 +18,7 @@
 #include "recipe/resolve.h"
 #include "recipe/run.h"
 #include "recipe/tasks.h"
-#include "test_util.h"
+#include "test_config.h"
 #include "trainer/checkpoint.h"
 
 namespace stoker {
@@ -58,19 +58,8 @@ train: {{epochs: 2, precision: fp32, log_every_steps: 2}}
   return parse_config(yaml, std::string(f.name) + ".yaml");
 }
 
-std::vector<torch::Tensor> weights(torch::nn::Module& m) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-struct StopAtStep : Callback {
-  explicit StopAtStep(int64_t s) : step(s) {}
-  void on_train_step_end(Trainer& t, const StepInfo& info) override {
-    if (info.step == step) t.request_stop();
-  }
-  int64_t step;
-};
+using testing::StopAtStep;
+using testing::weights;
 
 class FamilyRun : public ::testing::TestWithParam<Family> {
  protected:
@@ -97,7 +86,7 @@ TEST_P(FamilyRun, ResumesExactlyAfterAnInterruption) {
   torch::manual_seed(1);
   TrainingSetup straight = make_training(config);
   straight.trainer->fit();
-  const std::vector<torch::Tensor> expected = weights(straight.trainer->module());
+  const std::vector<torch::Tensor> expected = weights(*straight.trainer);
 
   TrainingSetup first = make_training(config);
   first.trainer->add_callback(std::make_shared<StopAtStep>(11));
@@ -112,7 +101,7 @@ TEST_P(FamilyRun, ResumesExactlyAfterAnInterruption) {
   second.trainer->load_checkpoint(runs_ / "mid.pt");
   EXPECT_EQ(second.trainer->state().step, 11);
   EXPECT_FALSE(second.trainer->fit().interrupted);
-  const std::vector<torch::Tensor> got = weights(second.trainer->module());
+  const std::vector<torch::Tensor> got = weights(*second.trainer);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-5, 1e-6)) << i;
 }
