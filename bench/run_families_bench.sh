@@ -16,7 +16,7 @@ ROUNDS=${STOKER_BENCH_ROUNDS:-3}
 # The recipe's networks (bench/step_families.yaml), the same on both sides.
 declare -A MODEL=([vit]="{type: vit, num_layers: 4, hidden_dim: 96, mlp_dim: 384}" [convnext]="{type: convnext}")
 
-ms_of() { sed -n 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/p' | tail -n 1; }
+ms_of() { sed -n 's/.*"ms_per_step": *\([0-9.e+-]*\).*/\1/p' | tail -n 1; }
 
 for family in vit convnext; do
   for precision in fp32 bf16-mixed; do
