@@ -76,20 +76,23 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetVariant& variant, const Eff
                "an EfficientNet needs positive num_classes and in_channels, got {} and {}", shape.num_classes,
                shape.in_channels);
   const double w = variant.width_mult;
-  features = nn::Sequential();
+  features = register_module("features", nn::ModuleList());
+  const auto add = [this](auto module) {  // a ConvNormActivation or a stage's Sequential
+    features->push_back(module);
+    forward_features_.emplace_back([module](const torch::Tensor& x) { return module->forward(x); });
+  };
   const int64_t stem = scaled_width(kStages[0].in, w);
-  features->push_back(ConvNormActivation(shape.in_channels, stem, ConvNormSettings{3, 2, 1, 1, Activation::kSiLU, {}}));
+  add(ConvNormActivation(shape.in_channels, stem, ConvNormSettings{3, 2, 1, 1, Activation::kSiLU, {}}));
   for (const StageRow& row : kStages) {
     nn::Sequential stage;
     const int64_t in = scaled_width(row.in, w), out = scaled_width(row.out, w);
     for (int64_t i = 0; i < scaled_depth(row.layers, variant.depth_mult); ++i) {
       stage->push_back(mbconv(i == 0 ? in : out, out, row.expand_ratio, row.kernel, i == 0 ? row.stride : 1));
     }
-    features->push_back(stage);
+    add(stage);
   }
   const int64_t last = scaled_width(kStages[std::size(kStages) - 1].out, w);
-  features->push_back(ConvNormActivation(last, 4 * last, ConvNormSettings{1, 1, 1, 1, Activation::kSiLU, {}}));
-  register_module("features", features);
+  add(ConvNormActivation(last, 4 * last, ConvNormSettings{1, 1, 1, 1, Activation::kSiLU, {}}));
   classifier = register_module(
       "classifier", nn::Sequential(nn::Dropout(options.dropout), nn::Linear(4 * last, shape.num_classes)));
   init_mobile_weights(*this, LinearInit::kUniformByOutputs);
@@ -97,7 +100,9 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetVariant& variant, const Eff
 }
 
 torch::Tensor EfficientNetImpl::forward(const torch::Tensor& x) {
-  return classifier->forward(features->forward(x).mean({2, 3}));
+  torch::Tensor y = x;
+  for (const auto& f : forward_features_) y = f(y);
+  return classifier->forward(y.mean({2, 3}));
 }
 
 EfficientNet efficientnet(const std::string& name, int64_t num_classes, int64_t in_channels) {

@@ -18,11 +18,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/pooling.h>
 
 #include "common/options.h"
 #include "models/shape.h"
@@ -53,7 +55,9 @@ class EfficientNetImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
-  torch::nn::Sequential features{nullptr}, classifier{nullptr};
+  torch::nn::ModuleList features{nullptr};  // the stem, the stages, the head (a Sequential cannot hold Sequentials)
+  std::vector<std::function<torch::Tensor(const torch::Tensor&)>> forward_features_;  // features' entries, in order
+  torch::nn::Sequential classifier{nullptr};
 };
 TORCH_MODULE(EfficientNet);
 

@@ -9,14 +9,15 @@
 
 #include <cmath>
 
-#include "golden_weights.h"
+#include "models/torchvision_golden.h"
 #include "models/mobile_blocks.h"
 #include "models/registry.h"
 #include "recipe/config.h"
 
 namespace stoker::models {
 namespace {
-using namespace stoker::testing;  // golden_weights.h
+using namespace testing;  // models/torchvision_golden.h
+using stoker::testing::error_of;
 
 const std::vector<std::string> kTypes = {"efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
                                          "efficientnet_b3"};
@@ -180,7 +181,7 @@ TEST(EfficientNet, MatchesCheckedInTorchvisionLogits) {
 // ---------------------------------------------------------------------------------------------
 // Extra, live: against torchvision itself (tests/golden/mobile_golden.py make|check|count); skipped,
 // saying why, without the venv's Python or torchvision.
-class EfficientNetPython : public GoldenScriptTest {};
+class EfficientNetPython : public MobilePython {};
 
 TEST_F(EfficientNetPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
   expect_loads_torchvision_weights("efficientnet_b0");
@@ -191,9 +192,9 @@ TEST_F(EfficientNetPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
 }
 
 TEST_F(EfficientNetPython, ParameterCountsEqualTorchvisionsBuiltInTheTest) {
-  const std::map<std::string, int64_t> counts = torchvision_parameter_counts();
+  const std::map<std::string, int64_t> counts = this->counts(run("count"));
   for (const std::string& type : kTypes) {
-    ASSERT_TRUE(counts.count(type)) << type << " in " << last_output();
+    ASSERT_TRUE(counts.count(type)) << type;
     torch::nn::AnyModule model = build(type);
     EXPECT_EQ(parameter_count(*model.ptr()), counts.at(type)) << type;
   }

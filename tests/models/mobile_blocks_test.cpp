@@ -6,7 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "golden_weights.h"
+#include "models/torchvision_golden.h"
+#include "test_util.h"
 #include "models/efficientnet.h"
 
 namespace stoker::models {

@@ -9,14 +9,15 @@
 
 #include <cmath>
 
-#include "golden_weights.h"
+#include "models/torchvision_golden.h"
 #include "models/mobile_blocks.h"
 #include "models/registry.h"
 #include "recipe/config.h"
 
 namespace stoker::models {
 namespace {
-using namespace stoker::testing;  // golden_weights.h
+using namespace testing;  // models/torchvision_golden.h
+using stoker::testing::error_of;
 
 const std::vector<std::string> kTypes = {"mobilenet_v3_small", "mobilenet_v3_large"};
 
@@ -146,7 +147,7 @@ TEST(MobileNetV3, MatchesCheckedInTorchvisionLogits) {
 
 // ---------------------------------------------------------------------------------------------
 // Extra, live: against torchvision itself (tests/golden/mobile_golden.py make|check|count).
-class MobileNetV3Python : public GoldenScriptTest {};
+class MobileNetV3Python : public MobilePython {};
 
 TEST_F(MobileNetV3Python, LoadsTorchvisionWeightsAndMatchesItsLogits) {
   for (const std::string& type : kTypes) {
@@ -163,9 +164,9 @@ TEST_F(MobileNetV3Python, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
 }
 
 TEST_F(MobileNetV3Python, ParameterCountsEqualTorchvisionsBuiltInTheTest) {
-  const std::map<std::string, int64_t> counts = torchvision_parameter_counts();
+  const std::map<std::string, int64_t> counts = this->counts(run("count"));
   for (const std::string& type : kTypes) {
-    ASSERT_TRUE(counts.count(type)) << type << " in " << last_output();
+    ASSERT_TRUE(counts.count(type)) << type;
     EXPECT_EQ(parameter_count(*build(type).ptr()), counts.at(type)) << type;
   }
 }

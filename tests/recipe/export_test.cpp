@@ -52,7 +52,7 @@ TrainedRun train(const fs::path& data, const fs::path& runs, const TypedOptions&
 
 // The checkpoint's model (or EMA) weights in the C++ model, eval mode, on `input`.
 torch::Tensor eager_logits(const TrainedRun& run, bool ema, const torch::Tensor& input) {
-  torch::nn::AnyModule model = make_model(run.config, 1);
+  torch::nn::AnyModule model = make_model(run.config, {1});
   const CheckpointContent content = load_checkpoint(run.checkpoint, *model.ptr(), nullptr, torch::kCPU);
   ModelEma average(0.0);
   if (ema) average.load(content.ema, content.ema_updates, *model.ptr(), run.checkpoint.string());
@@ -178,7 +178,7 @@ class ExportPython : public ::testing::Test {
     EXPECT_LE(cpp_diff, kLogitTolerance) << label;
 
     // Inspectable: Python's state_dict has the C++ model's names (parameters and buffers).
-    torch::nn::AnyModule model = make_model(run.config, 1);
+    torch::nn::AnyModule model = make_model(run.config, {1});
     std::vector<std::string> expected;
     for (const auto& p : model.ptr()->named_parameters()) expected.push_back(p.key());
     for (const auto& b : model.ptr()->named_buffers()) expected.push_back(b.key());
