@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Step time of the ViT and ConvNeXt families (issue 30): Stoker's training step (`trainer bench-step`,
-# bench/step_families.yaml) against torchvision's same network in a PyTorch eager loop
+# Step time of the ViT, ConvNeXt, EfficientNet and MobileNetV3 families (issue 30): Stoker's training
+# step (`trainer bench-step`, bench/step_families.yaml) against torchvision's same network in a PyTorch eager loop
 # (bench/torchvision_step.py), float32 and bf16-mixed, batch 32 of 32x32 RGB. The two run in turn,
 # ROUNDS times, so that a machine whose speed drifts (other builds) moves both; each pair's ratio is
 # torchvision's ms/step over Stoker's (above 1: Stoker is faster). One JSON line per measurement.
 #
 #   bash bench/run_families_bench.sh [TRAINER_BIN]     # default build/release/apps/trainer
+#   FAMILIES="efficientnet_b0 mobilenet_v3_small" bash bench/run_families_bench.sh   # some of them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/release/apps/trainer}
@@ -14,11 +15,13 @@ STEPS=${STOKER_BENCH_STEPS:-10}
 WARMUP=10  # as bench-step's
 ROUNDS=${STOKER_BENCH_ROUNDS:-3}
 # The recipe's networks (bench/step_families.yaml), the same on both sides.
-declare -A MODEL=([vit]="{type: vit, num_layers: 4, hidden_dim: 96, mlp_dim: 384}" [convnext]="{type: convnext}")
+declare -A MODEL=([vit]="{type: vit, num_layers: 4, hidden_dim: 96, mlp_dim: 384}" [convnext]="{type: convnext}"
+  [efficientnet_b0]="{type: efficientnet_b0}" [mobilenet_v3_small]="{type: mobilenet_v3_small}"
+  [mobilenet_v3_large]="{type: mobilenet_v3_large}")
 
 ms_of() { sed -n 's/.*"ms_per_step": *\([0-9.e+-]*\).*/\1/p' | tail -n 1; }
 
-for family in vit convnext; do
+for family in ${FAMILIES:-vit convnext efficientnet_b0 mobilenet_v3_small mobilenet_v3_large}; do
   for precision in fp32 bf16-mixed; do
     for round in $(seq "$ROUNDS"); do
       stoker=$("$BIN" bench-step --config bench/step_families.yaml --steps "$STEPS" \

@@ -1,10 +1,12 @@
-"""The training step of torchvision's ViT or ConvNeXt in a plain PyTorch eager loop: the peer that
+"""The training step of a torchvision model in a plain PyTorch eager loop: the peer that
 bench/run_families_bench.sh times Stoker's `trainer bench-step --config bench/step_families.yaml` against.
 
-    python bench/torchvision_step.py vit|convnext [--precision fp32|bf16-mixed] [--steps N] [--warmup N]
+    python bench/torchvision_step.py FAMILY [--precision fp32|bf16-mixed] [--steps N] [--warmup N]
 
-The same network as the recipe's (`vit`: VisionTransformer(32, patch 4, 4 layers, 3 heads, width 96,
-MLP 384); `convnext`: ConvNeXt widths 32/64/128/256, depths 1/1/3/1), 10 classes, batch 32 of 32x32 RGB
+FAMILY is vit, convnext or a named torchvision model of the EfficientNet and MobileNetV3 families
+(efficientnet_b0, mobilenet_v3_small, ...). The same network as the recipe's (`vit`:
+VisionTransformer(32, patch 4, 4 layers, 3 heads, width 96, MLP 384); `convnext`: ConvNeXt widths
+32/64/128/256, depths 1/1/3/1; the named ones at torchvision's defaults), 10 classes, batch 32 of 32x32 RGB
 already in memory, SGD (momentum 0.9, Nesterov, no weight decay), cross-entropy; bf16-mixed under
 torch.autocast. Warm-up steps first, then the timed ones; prints one JSON line with ms_per_step.
 Threads: PyTorch's default (one per core), as the recipe's run.threads: 0.
@@ -17,6 +19,7 @@ import warnings
 warnings.simplefilter("ignore")
 
 import torch  # noqa: E402
+import torchvision  # noqa: E402
 from torchvision.models.convnext import CNBlockConfig, ConvNeXt  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
@@ -24,6 +27,8 @@ from torchvision.models.vision_transformer import VisionTransformer  # noqa: E40
 def build(family):
     if family == "vit":
         return VisionTransformer(32, 4, 4, 3, 96, 384, num_classes=10)
+    if family != "convnext":
+        return getattr(torchvision.models, family)(num_classes=10)
     widths, depths = [32, 64, 128, 256], [1, 1, 3, 1]
     return ConvNeXt([CNBlockConfig(w, widths[i + 1] if i + 1 < len(widths) else None, d)
                      for i, (w, d) in enumerate(zip(widths, depths))], num_classes=10)
@@ -31,7 +36,8 @@ def build(family):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("family", choices=["vit", "convnext"])
+    parser.add_argument("family", choices=["vit", "convnext", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
+                                           "efficientnet_b3", "mobilenet_v3_small", "mobilenet_v3_large"])
     parser.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
