@@ -79,7 +79,7 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetVariant& variant, const Eff
   features = register_module("features", nn::ModuleList());
   const auto add = [this](auto module) {  // a ConvNormActivation or a stage's Sequential
     features->push_back(module);
-    forward_features_.emplace_back([module](const torch::Tensor& x) { return module->forward(x); });
+    forward_features_.emplace_back([m = module.ptr()](const torch::Tensor& x) { return m->forward(x); });
   };
   const int64_t stem = scaled_width(kStages[0].in, w);
   add(ConvNormActivation(shape.in_channels, stem, ConvNormSettings{3, 2, 1, 1, Activation::kSiLU, {}}));
