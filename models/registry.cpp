@@ -8,8 +8,12 @@
 #include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
+#include "models/convnext.h"
+#include "models/efficientnet.h"
 #include "models/mlp.h"
+#include "models/mobilenet_v3.h"
 #include "models/resnet.h"
+#include "models/vit.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -26,6 +30,62 @@ ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels))
           }};
 }
 
+// An EfficientNet variant, its keys' defaults torchvision's for the variant (the classifier's dropout).
+ModelType efficientnet_type(const std::string& name) {
+  const EfficientNetVariant variant = efficientnet_variant(name);
+  ModelType type = model_type<EfficientNetOptions>(
+      [variant](const EfficientNetOptions& o, const ModelShape& s) { return EfficientNet(variant, o, s); });
+  type.options = [variant] {
+    auto options = std::make_unique<EfficientNetOptions>();
+    options->dropout = variant.dropout;
+    return options;
+  };
+  return type;
+}
+
+ModelType mobilenet_v3_type(MobileNetV3Size size) {
+  return model_type<MobileNetV3Options>(
+      [size](const MobileNetV3Options& o, const ModelShape& s) { return MobileNetV3(size, o, s); });
+}
+
+// A ViT type: torchvision's named architecture (VitOptions) or the configurable one (VitCustomOptions);
+// its image_size resolved from a square input.
+template <typename Options>
+ModelType vit_type(const std::string& name) {
+  ModelType type = model_type<Options>([name](const Options& o, const ModelShape& s) {
+    VitConfig config = o.config;
+    if (const std::optional<VitConfig> fixed = named_vit(name)) {
+      config = *fixed;
+      config.image_size = o.config.image_size;
+      config.dropout = o.config.dropout;
+      config.attention_dropout = o.config.attention_dropout;
+      config.drop_path_rate = o.config.drop_path_rate;
+    }
+    config.name = name;
+    return VisionTransformer(config, s);
+  });
+  type.resolve = [](TypeOptions& own, const ModelShape& s) {
+    int64_t& image_size = dynamic_cast<Options&>(own).config.image_size;
+    if (image_size == 0 && s.height > 0 && s.height == s.width) image_size = s.height;
+  };
+  return type;
+}
+
+// A ConvNeXt type: torchvision's named architecture (ConvNextOptions) or the configurable one.
+template <typename Options>
+ModelType convnext_type(const std::string& name) {
+  return model_type<Options>([name](const Options& o, const ModelShape& s) {
+    ConvNextConfig config = o.config;
+    if (const std::optional<ConvNextConfig> fixed = named_convnext(name)) {
+      config = *fixed;
+      config.drop_path_rate = o.config.drop_path_rate;
+      config.layer_scale = o.config.layer_scale;
+    }
+    config.name = name;
+    return ConvNext(config, s);
+  });
+}
+
 void add_stoker_models(Registry<ModelType>& r) {
   r.add("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
           return CompactResNet(o, s);
@@ -39,6 +99,20 @@ void add_stoker_models(Registry<ModelType>& r) {
   r.add("resnet101", resnet_type(&resnet101));
   r.add("cifar_resnet20", resnet_type(&cifar_resnet20));
   r.add("cifar_resnet56", resnet_type(&cifar_resnet56));
+  // torchvision-compatible EfficientNet-B0..B3 and MobileNetV3 (models/efficientnet.h,
+  // models/mobilenet_v3.h): drop_path_rate and dropout their keys.
+  for (const char* name : {"efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3"}) {
+    r.add(name, efficientnet_type(name));
+  }
+  r.add("mobilenet_v3_small", mobilenet_v3_type(MobileNetV3Size::kSmall));
+  r.add("mobilenet_v3_large", mobilenet_v3_type(MobileNetV3Size::kLarge));
+  // torchvision-compatible ViTs (models/vit.h) and ConvNeXts (models/convnext.h), named and configurable.
+  for (const char* name : {"vit_b_16", "vit_b_32", "vit_l_16"}) r.add(name, vit_type<VitOptions>(name));
+  r.add("vit", vit_type<VitCustomOptions>("vit"));
+  for (const char* name : {"convnext_tiny", "convnext_small", "convnext_base"}) {
+    r.add(name, convnext_type<ConvNextOptions>(name));
+  }
+  r.add("convnext", convnext_type<ConvNextCustomOptions>("convnext"));
 }
 
 }  // namespace
@@ -62,6 +136,11 @@ torch::nn::AnyModule create_model(const TypedOptions& model, const ModelShape& s
   const ModelType type = model_registry().get(model.type());
   if (model.type().empty()) STOKER_FAIL("the model has no type; give model.type");
   return type.create(model.options(), shape);
+}
+
+void resolve_model_options(TypedOptions& model, const ModelShape& shape) {
+  const ModelType type = model_registry().get(model.type());
+  if (type.resolve) type.resolve(model.options(), shape);
 }
 
 }  // namespace stoker::models

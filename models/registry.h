@@ -1,6 +1,7 @@
 // The model registry: each model type's own options and factory (ModelType), and the
-// process-wide name -> type table with Stoker's own models in it (compact_resnet,
-// cifar_resnet20/56, resnet18/34/50/101; see the README's model table).
+// process-wide name -> type table with Stoker's own models in it (compact_resnet, mlp,
+// cifar_resnet20/56, resnet18/34/50/101, vit_b_16/b_32/l_16, vit, convnext_tiny/small/base,
+// convnext, efficientnet_b0..b3, mobilenet_v3_small/large; see the README's model table).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,17 @@ namespace stoker::models {
 // `forward(Tensor) -> Tensor`.
 using ModelFactory = std::function<torch::nn::AnyModule(const TypeOptions&, const ModelShape&)>;
 
-// A registered model type: its own options (their keys, defaults and checks) and its factory.
+// Sets the keys of a type's options that the data decides where the user left them to it (a ViT's
+// image_size from the input size), so that the resolved config, saved beside every checkpoint, builds
+// the same model without the data (trainer predict, export).
+using ModelResolver = std::function<void(TypeOptions&, const ModelShape&)>;
+
+// A registered model type: its own options (their keys, defaults and checks), its factory and, for
+// types whose parameters depend on the input size, its resolver (null otherwise).
 struct ModelType {
   OptionsMaker options = options_of<NoOptions>();
   ModelFactory create;
+  ModelResolver resolve = nullptr;
 };
 
 // A ModelType whose factory takes its own options struct:
@@ -49,5 +57,9 @@ TypedOptions model_options(const std::string& type);
 
 // Builds the model `model` describes (a registered type and its options) for data of `shape`.
 torch::nn::AnyModule create_model(const TypedOptions& model, const ModelShape& shape);
+
+// Fills the keys of `model` that data of `shape` decides (ModelType::resolve); nothing for the types
+// without a resolver. The run plan calls it once the input shape is known.
+void resolve_model_options(TypedOptions& model, const ModelShape& shape);
 
 }  // namespace stoker::models

@@ -92,7 +92,7 @@ TrainingSetup make_training(const RunPlan& plan, const Distributed& distributed)
   // loader's workers and buffers go then.
   if (setup.train_source != setup.loaders.train) setup.loaders.train.reset();
   // Batch operations (data.batch_ops) on the device, after whatever hands out the batches.
-  setup.trainer = make_trainer(plan, make_model(plan.config, setup.loaders.in_channels),
+  setup.trainer = make_trainer(plan, make_model(plan.config, plan.input),
                                augment_training(plan.config, setup.train_source, plan.rank), setup.loaders.test,
                                distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);

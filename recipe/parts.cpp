@@ -5,8 +5,12 @@
 
 namespace stoker {
 
-torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
-  return models::create_model(config.model, {in_channels, config.data.num_classes});
+models::ModelShape model_shape(const Config& config, const data::InputShape& input) {
+  return {input.channels, config.data.num_classes, input.height, input.width};
+}
+
+torch::nn::AnyModule make_model(const Config& config, const data::InputShape& input) {
+  return models::create_model(config.model, model_shape(config, input));
 }
 
 TrainerOptions trainer_options(const RunPlan& plan) {

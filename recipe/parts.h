@@ -7,14 +7,20 @@
 
 #include <torch/nn/modules/container/any.h>
 
+#include "data/batch_source.h"
+#include "models/shape.h"
 #include "recipe/config.h"
 #include "recipe/run_plan.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
 
-// The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
-torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
+// The shape the configured model is built for: inputs of `input`'s channels and size (0 x 0 where they
+// vary or are unknown), data.num_classes classes.
+models::ModelShape model_shape(const Config& config, const data::InputShape& input);
+
+// The configured model (model.*) for model_shape(config, input), on the CPU.
+torch::nn::AnyModule make_model(const Config& config, const data::InputShape& input);
 
 // The loop's options from the plan: epochs, precision, accumulation, clipping, graph, batch size.
 TrainerOptions trainer_options(const RunPlan& plan);

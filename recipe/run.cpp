@@ -311,9 +311,11 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
     resume_from = resume->checkpoint;
     keep_resumed_precision(config, *resume);
     keep_autotuned(config, *resume);
-    config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
   RunPlan plan = resolve_plan(config, distributed);
+  // Compared as resolved: the model keys the data decides (a ViT's model.image_size: 0) are filled
+  // in as the saved config has them. (No precision trial ran: a resumed run keeps its precision.)
+  if (resume) config_changes = check_resume_config(plan.config, *resume, request.allow_config_change);
   std::optional<AutotuneOutcome> tuned;
   if (!resume) tuned = autotune_new_run(request, plan, distributed);
   TrainingSetup setup = make_training(plan, distributed);

@@ -29,7 +29,7 @@ CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& c
   select_device(device);
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
-  torch::nn::AnyModule model = make_model(config, loader->channels());
+  torch::nn::AnyModule model = make_model(config, loader->shape());
   // A run's saved config names the precision it chose; a recipe's `auto` evaluates in float32.
   const Precision precision = config.train.precision == Precision::kAuto ? Precision::kFp32 : config.train.precision;
   apply_global_precision(precision);  // TF32 on or off, as the run's Trainer had it
@@ -65,7 +65,9 @@ Config predict_config(const Request& r) {
 
 
 // The configured model with the checkpoint's weights, or its EMA weights swapped in for as long as
-// this lives; on the device in train.precision's parameter dtype, in eval mode.
+// this lives; on the device in train.precision's parameter dtype, in eval mode. Built for `input`, whose
+// size is 0 x 0 where the task does not know it: a model whose parameters depend on the size (a ViT)
+// takes it from the run's resolved config (model.image_size).
 struct PredictModel {
   torch::nn::AnyModule model;
   ModelEma ema{0.0};  // only holds the saved average
@@ -73,9 +75,9 @@ struct PredictModel {
 };
 
 std::unique_ptr<PredictModel> load_model_for_predict(const Config& config, const PredictRequest& r,
-                                                     int64_t channels, torch::Device device) {
+                                                     const data::InputShape& input, torch::Device device) {
   auto m = std::make_unique<PredictModel>();
-  m->model = make_model(config, channels);
+  m->model = make_model(config, input);
   prepare_model(*m->model.ptr(), device, config.train.precision, config.train.channels_last);
   const CheckpointContent content = load_checkpoint(r.checkpoint, *m->model.ptr(), nullptr, device);
   if (r.use_ema) {
@@ -119,7 +121,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
                channels, channels);
   const torch::Device device = resolve_device(config.run.device);
   configure_threads(config.run.threads, 0, device.is_cpu());
-  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, channels, device);
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, r, {channels, 0, 0}, device);
   const std::vector<std::string> names = read_checkpoint_class_names(r.checkpoint);
   const Precision precision = config.train.precision;
   torch::NoGradGuard no_grad;
@@ -193,9 +195,10 @@ void export_torchscript(Config config, const ExportRequest& r) {
   PredictRequest load;
   load.checkpoint = r.checkpoint;
   load.use_ema = r.use_ema;
-  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
+  const data::InputShape input{channels, height, width};
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, input, torch::kCPU);
   torch::nn::AnyModule& model = m->model;
-  float32_as_built(model, make_model(config, channels));
+  float32_as_built(model, make_model(config, input));
   // Normalised inputs are about N(0, 1); the check batch has another size than the traced one.
   torch::Generator generator = at::detail::createCPUGenerator(config.run.seed);
   const torch::Tensor example = at::randn({2, channels, height, width}, generator);
@@ -221,7 +224,7 @@ void export_checkpoint(const ExportRequest& r) {
   load.checkpoint = r.checkpoint;
   load.use_ema = r.use_ema;
   const auto channels = static_cast<int64_t>(config.data.mean.size());
-  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, channels, torch::kCPU);
+  const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, {channels, 0, 0}, torch::kCPU);
   models::save_state_dict(*m->model.ptr(), r.output);
 }
 

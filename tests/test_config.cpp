@@ -25,4 +25,11 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   return c;
 }
 
+std::vector<torch::Tensor> weights(Trainer& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : t.module().parameters()) out.push_back(p.detach().clone());
+  for (const auto& b : t.module().buffers()) out.push_back(b.detach().clone());
+  return out;
+}
+
 }  // namespace stoker::testing

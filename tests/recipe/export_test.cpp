@@ -1,6 +1,6 @@
 // `trainer export --format torchscript` of real checkpoints (compact_resnet with its EMA weights,
-// torchvision-layout resnet18 on a small input; a bf16-true channels-last run, which exports float32
-// weights): the file loads with torch::jit::load in C++ and
+// torchvision-layout resnet18, efficientnet_b0 and mobilenet_v3_small on a small input; a bf16-true
+// channels-last run, which exports float32 weights): the file loads with torch::jit::load in C++ and
 // (suite ExportPython) torch.jit.load in Python, whose logits equal the C++ model's and whose
 // softmax equals `trainer predict`'s probabilities on the same image.
 #include <fmt/ranges.h>
@@ -52,7 +52,7 @@ TrainedRun train(const fs::path& data, const fs::path& runs, const TypedOptions&
 
 // The checkpoint's model (or EMA) weights in the C++ model, eval mode, on `input`.
 torch::Tensor eager_logits(const TrainedRun& run, bool ema, const torch::Tensor& input) {
-  torch::nn::AnyModule model = make_model(run.config, 1);
+  torch::nn::AnyModule model = make_model(run.config, {1});
   const CheckpointContent content = load_checkpoint(run.checkpoint, *model.ptr(), nullptr, torch::kCPU);
   ModelEma average(0.0);
   if (ema) average.load(content.ema, content.ema_updates, *model.ptr(), run.checkpoint.string());
@@ -178,7 +178,7 @@ class ExportPython : public ::testing::Test {
     EXPECT_LE(cpp_diff, kLogitTolerance) << label;
 
     // Inspectable: Python's state_dict has the C++ model's names (parameters and buffers).
-    torch::nn::AnyModule model = make_model(run.config, 1);
+    torch::nn::AnyModule model = make_model(run.config, {1});
     std::vector<std::string> expected;
     for (const auto& p : model.ptr()->named_parameters()) expected.push_back(p.key());
     for (const auto& b : model.ptr()->named_buffers()) expected.push_back(b.key());
@@ -222,6 +222,12 @@ TEST_F(ExportPython, TorchvisionResNet18OnASmallInputMatchesTheModelAndPredict) 
   // No EMA in this run: --ema is refused as for state_dict.
   EXPECT_CONTAINS(testing::error_of([&] { export_torchscript(run, true, runs_.path() / "x.pt"); }),
                   "has no EMA weights");
+}
+
+TEST_F(ExportPython, EfficientNetAndMobileNetV3MatchTheModelAndPredict) {
+  for (const char* type : {"efficientnet_b0", "mobilenet_v3_small"}) {
+    check_export(train(data_.path(), runs_.path(), models::model_options(type), 0.0), /*ema=*/false, type);
+  }
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ TEST(GpuPaths, GraphedStepsEqualEagerOnesWithDropoutScheduleAndEma) {
     auto data = gpu_batches(160, 16, 8);
     const auto model = [&] {
       torch::manual_seed(3);
-      return make_model(c, 1);
+      return make_model(c, {1});
     };
     auto eager = make_trainer(c, model(), data, nullptr, kGpu);
     auto graphed = make_trainer(g, model(), data, nullptr, kGpu);
@@ -191,7 +191,7 @@ TEST(GpuPaths, Fp16UnderTheGraphSkipsAnInfStepAsEagerDoes) {
   batches[7].input[0][0][0][0] = std::numeric_limits<float>::infinity();  // after the capture (warm-up 3)
   const auto model = [&] {
     torch::manual_seed(3);
-    return make_model(c, 1);
+    return make_model(c, {1});
   };
   auto eager = make_trainer(c, model(), data, nullptr, kGpu);
   auto graphed = make_trainer(g, model(), data, nullptr, kGpu);

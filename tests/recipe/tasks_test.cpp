@@ -123,7 +123,7 @@ TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
   e.checkpoint = last;
   e.output = runs.path() / "weights.pt";
   export_checkpoint(e);
-  torch::nn::AnyModule from_checkpoint = make_model(request.config, 1), from_export = make_model(request.config, 1);
+  torch::nn::AnyModule from_checkpoint = make_model(request.config, {1}), from_export = make_model(request.config, {1});
   load_checkpoint(last, *from_checkpoint.ptr(), nullptr, torch::kCPU);
   models::load_state_dict(*from_export.ptr(), e.output);
   const auto want = from_checkpoint.ptr()->named_parameters(), got = from_export.ptr()->named_parameters();
