@@ -10,6 +10,7 @@
 #include "models/compact_resnet.h"
 #include "models/mlp.h"
 #include "models/resnet.h"
+#include "models/torchscript_model.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -28,17 +29,26 @@ ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels))
 
 void add_stoker_models(Registry<ModelType>& r) {
   r.add("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
-          return CompactResNet(o, s);
-        }));
-  r.add("mlp", model_type<MlpOptions>([](const MlpOptions& o, const ModelShape& s) { return Mlp(o, s); }));
+                            return CompactResNet(o, s);
+                          })
+                              .with_head({"classifier"})
+                              .with_layers(compact_resnet_layer_groups()));
+  r.add("mlp", model_type<MlpOptions>([](const MlpOptions& o, const ModelShape& s) { return Mlp(o, s); })
+                   .with_head({"layers.classifier"})
+                   .with_layers(mlp_layer_groups()));
   // torchvision-compatible ResNets (models/resnet.h) and CIFAR ResNets (models/cifar_resnet.h):
-  // drop_path_rate their one key; the data gives in_channels and num_classes.
-  r.add("resnet18", resnet_type(&resnet18));
-  r.add("resnet34", resnet_type(&resnet34));
-  r.add("resnet50", resnet_type(&resnet50));
-  r.add("resnet101", resnet_type(&resnet101));
-  r.add("cifar_resnet20", resnet_type(&cifar_resnet20));
-  r.add("cifar_resnet56", resnet_type(&cifar_resnet56));
+  // drop_path_rate their one key; the data gives in_channels and num_classes. Their head is `fc`, their
+  // layers timm's ResNet.group_matcher's.
+  const std::vector<std::string> fc = {"fc"};
+  r.add("resnet18", resnet_type(&resnet18).with_head(fc).with_layers(resnet_layer_groups()));
+  r.add("resnet34", resnet_type(&resnet34).with_head(fc).with_layers(resnet_layer_groups()));
+  r.add("resnet50", resnet_type(&resnet50).with_head(fc).with_layers(resnet_layer_groups()));
+  r.add("resnet101", resnet_type(&resnet101).with_head(fc).with_layers(resnet_layer_groups()));
+  r.add("cifar_resnet20", resnet_type(&cifar_resnet20).with_head(fc).with_layers(resnet_layer_groups()));
+  r.add("cifar_resnet56", resnet_type(&cifar_resnet56).with_head(fc).with_layers(resnet_layer_groups()));
+  // Any network scripted in Python (models/torchscript_model.h): model.path; its head and layers are
+  // its own keys (head_keys, layer_groups are unknown to the type).
+  r.add("torchscript", torchscript_model_type());
 }
 
 }  // namespace
