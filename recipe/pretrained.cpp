@@ -1,6 +1,8 @@
 // Reading and loading model.pretrained (recipe/pretrained.h).
 #include "recipe/pretrained.h"
 
+#include <optional>
+
 #include <fmt/ranges.h>
 
 #include "common/error.h"
@@ -54,6 +56,7 @@ models::NamedTensors find_state_dict(const c10::IValue& value, const std::string
                "model.pretrained {} holds a pickled {} object (torch.save(model) saves the whole module), not a "
                "state dict; save its weights with torch.save(model.state_dict(), FILE)",
                file, cls);
+  STOKER_CHECK(dict.size() > 0, "model.pretrained {} holds an empty dict, no weights; {}", file, kWhatToGive);
   if (std::optional<models::NamedTensors> tensors = tensors_of(dict)) return *tensors;
   for (const char* key : {"state_dict", "model_state_dict", "model", "module", "net", "network"}) {
     const auto found = dict.find(std::string(key));

@@ -20,6 +20,8 @@ checks of what Stoker writes.
         timm_resnet (timm resnet10t), convnext_atto (timm), vit (timm vit_tiny_patch16_224 at img_size
         SIZE, patch 8), traced_resnet (torchvision resnet18 traced, not scripted), two_inputs (a module
         whose forward takes two tensors)
+    python finetune_python.py script-all SIZE CLASSES DIR
+        every network above, as DIR/NAME.pt (one Python start-up for all)
 """
 import argparse
 import os
@@ -93,6 +95,9 @@ class TwoInputs(torch.nn.Module):
         return self.fc(x) + y
 
 
+NETWORKS = ["tv_resnet18", "timm_resnet", "convnext_atto", "vit", "traced_resnet", "two_inputs"]
+
+
 def script(name, size, classes, out):
     import timm
     import torchvision
@@ -126,6 +131,9 @@ def main():
         checkpoints(sys.argv[2])
     elif command == "script":
         script(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif command == "script-all":
+        for name in NETWORKS:
+            script(name, int(sys.argv[2]), int(sys.argv[3]), os.path.join(sys.argv[4], name + ".pt"))
     else:
         sys.exit(__doc__)
 
