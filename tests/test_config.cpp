@@ -1,6 +1,11 @@
 #include "test_config.h"
 
+#include <iostream>
+
+#include <yaml-cpp/yaml.h>
+
 #include "models/compact_resnet.h"
+#include "models/registry.h"
 
 namespace stoker::testing {
 namespace fs = std::filesystem;
@@ -23,6 +28,21 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.train.epochs = 3;
   c.train.log_every_steps = 4;
   return c;
+}
+
+std::string unregistered_model_type(const fs::path& recipe) {
+  const YAML::Node root = YAML::LoadFile(recipe.string());
+  const YAML::Node type = root["model"] ? root["model"]["type"] : YAML::Node();
+  if (!type || !type.IsScalar()) return "";
+  return models::model_registry().contains(type.Scalar()) ? "" : type.Scalar();
+}
+
+bool skipped_recipe(const fs::path& recipe) {
+  const std::string type = unregistered_model_type(recipe);
+  if (type.empty()) return false;
+  std::cout << "[ SKIPPED  ] " << recipe.filename().string() << ": model.type " << type
+            << " is not registered in this build yet (its family is added on another branch)\n";
+  return true;
 }
 
 }  // namespace stoker::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "recipe/config.h"
 #include "test_util.h"
@@ -10,5 +11,12 @@ namespace stoker::testing {
 
 // A small, fast config for training on write_synthetic_idx_dataset's data.
 Config tiny_config(const std::filesystem::path& data_root, const std::filesystem::path& run_dir);
+
+// The model.type a shipped recipe names when no model of that type is registered in this build (a
+// family that another branch adds: configs/finetune_vit_b_16.yaml's vit_b_16), else "". The tests
+// that load every recipe skip such a recipe and say so (skipped_recipe).
+std::string unregistered_model_type(const std::filesystem::path& recipe);
+// Prints why `recipe` is skipped; true when it is.
+bool skipped_recipe(const std::filesystem::path& recipe);
 
 }  // namespace stoker::testing

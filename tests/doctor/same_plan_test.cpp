@@ -8,6 +8,7 @@
 
 #include "doctor/detail.h"
 #include "recipe/resolve.h"
+#include "test_config.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -26,7 +27,7 @@ std::string summary(const RunPlan& p) {
 TEST(SamePlan, TheDoctorAndTheRunResolveEveryShippedRecipeAlike) {
   int recipes = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(STOKER_SOURCE_DIR) / "configs")) {
-    if (entry.path().extension() != ".yaml") continue;
+    if (entry.path().extension() != ".yaml" || testing::skipped_recipe(entry.path())) continue;
     const Config recipe = load_config(entry.path());
     const int64_t channels = static_cast<int64_t>(recipe.data.mean.size());
     const Config c = load_config(
