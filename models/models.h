@@ -1,17 +1,24 @@
 // Everything in models/, for users who want it all: the registry and Stoker's networks, their
-// residual blocks, FLOP counting, state-dict exchange with Python and TorchScript export.
+// residual blocks, FLOP counting, state-dict exchange with Python (torch.save, safetensors),
+// pretrained weights, layer groups, TorchScript export and scripted networks.
 // (tests/layering_test.py checks that it names every header of models/ but *_detail.h.)
 #pragma once
 
 #include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
+#include "models/file_kind.h"
 #include "models/flops.h"
+#include "models/key_pattern.h"
+#include "models/layer_groups.h"
 #include "models/mlp.h"
 #include "models/pickle.h"
+#include "models/pretrained.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "models/safetensors.h"
 #include "models/shape.h"
 #include "models/state_dict.h"
 #include "models/torch_save.h"
 #include "models/torchscript.h"
+#include "models/torchscript_model.h"
