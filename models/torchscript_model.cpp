@@ -80,14 +80,22 @@ void check_signature(const torch::jit::Module& script, const std::string& path) 
                path, python_signature(schema));
 }
 
+// Whether a node of `block` or of the blocks nested in it (if/loop bodies) reads `training`.
+bool block_reads_training(const torch::jit::Block* block) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::GetAttr && node->s(c10::attr::name) == "training") return true;
+    for (const torch::jit::Block* inner : node->blocks()) {
+      if (block_reads_training(inner)) return true;
+    }
+  }
+  return false;
+}
+
 bool reads_training(const torch::jit::Module& script) {
   for (const auto& m : script.modules()) {
     for (const auto& method : m.get_methods()) {
       const auto* f = dynamic_cast<const torch::jit::GraphFunction*>(&method.function());
-      if (f == nullptr) continue;
-      for (const torch::jit::Node* node : f->graph()->nodes()) {
-        if (node->kind() == c10::prim::GetAttr && node->s(c10::attr::name) == "training") return true;
-      }
+      if (f != nullptr && block_reads_training(f->graph()->block())) return true;
     }
   }
   return false;

@@ -6,6 +6,8 @@
 
 #include "models/compact_resnet.h"
 #include "models/registry.h"
+#include "recipe/device.h"
+#include "recipe/factory.h"
 
 namespace stoker::testing {
 namespace fs = std::filesystem;
@@ -28,6 +30,13 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.train.epochs = 3;
   c.train.log_every_steps = 4;
   return c;
+}
+
+std::unique_ptr<Trainer> synthetic_trainer(const Config& config, uint64_t init_seed) {
+  configure_threads(config.run.threads);
+  Loaders loaders = make_loaders(config, torch::kCPU);
+  torch::manual_seed(init_seed);
+  return make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test, torch::kCPU);
 }
 
 std::string unregistered_model_type(const fs::path& recipe) {

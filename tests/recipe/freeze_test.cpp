@@ -16,12 +16,9 @@ namespace {
 using testing::error_of;
 using testing::TempDir;
 
+// Builds a Trainer on the synthetic data with a model initialised from `init_seed`.
 std::unique_ptr<Trainer> make_trainer(const Config& config, uint64_t init_seed) {
-  configure_threads(config.run.threads);
-  Loaders loaders = make_loaders(config, torch::kCPU);
-  torch::manual_seed(init_seed);
-  return stoker::make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test,
-                              torch::kCPU);
+  return testing::synthetic_trainer(config, init_seed);
 }
 
 std::map<std::string, torch::Tensor> state(Trainer& t) {
@@ -31,13 +28,7 @@ std::map<std::string, torch::Tensor> state(Trainer& t) {
   return out;
 }
 
-struct StopAtStep : Callback {
-  explicit StopAtStep(int64_t s) : step(s) {}
-  void on_train_step_end(Trainer& t, const StepInfo& info) override {
-    if (info.step == step) t.request_stop();
-  }
-  int64_t step;
-};
+using testing::StopAtStep;
 
 bool frozen_key(const std::string& key) {
   return key.rfind("features.stem_", 0) == 0 || key.rfind("features.stage1_block0.", 0) == 0;
