@@ -67,7 +67,7 @@ FileDescription describe_file(const fs::path& file) {
     for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[static_cast<size_t>(i)]);
     if (n > 1 && n <= size - 8) return {FileKind::kSafetensors, "a safetensors file"};
   }
-  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 && head[1] <= 5) {
+  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 && static_cast<unsigned char>(head[1]) <= 5) {
     return {FileKind::kLegacyTorch, "a Python pickle (torch.save's format before PyTorch 1.6, or pickle.dump)"};
   }
   if (starts_with(head, "\xff\xd8\xff")) return {FileKind::kOther, "a JPEG image"};
