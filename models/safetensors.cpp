@@ -129,7 +129,10 @@ std::vector<Entry> read_header(std::ifstream& in, const std::string& file, uint6
   // The tensors must tile the data exactly: no overlaps, no gaps, nothing past the file's end.
   std::vector<const Entry*> by_offset;
   for (const Entry& e : entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  // Empty tensors (begin == end) sort before a tensor starting where they do.
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
   uint64_t expected = 0;
   for (const Entry* e : by_offset) {
     STOKER_CHECK(e->begin == expected,

@@ -19,7 +19,7 @@ Config tiny_config(const std::filesystem::path& data_root, const std::filesystem
 // `init_seed`: the recipe tests' way to train, stop and resume in one process.
 std::unique_ptr<Trainer> synthetic_trainer(const Config& config, uint64_t init_seed);
 
-// Stops the trainer after optimizer step `step`.
+// Stops the trainer after a given optimizer step (an interruption, for the resume tests).
 struct StopAtStep : Callback {
   explicit StopAtStep(int64_t s) : step(s) {}
   void on_train_step_end(Trainer& t, const StepInfo& info) override {
