@@ -8,7 +8,7 @@
 #        pretrained  from step 1's checkpoint (model.pretrained; its classifier, for other classes, left
 #                    initialised by model.pretrained_skip);
 #      the same budget for both: EPOCHS epochs (default 20) of batches of 25, the same schedule and lr.
-# Prints each run's final test top-1 and the gain per seed, and the commands it ran (in $out/*.cmd).
+# float32 throughout (train.precision: auto would time a trial on a loaded machine). Prints each run's final test top-1 and the gain per seed, and the commands it ran (in $out/*.cmd).
 #   bench/run_transfer_bench.sh
 # Needs Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist). Prints the load average
 # before and after: other builds on the machine slow it, not the accuracies.
@@ -37,14 +37,14 @@ final_top1() {
 
 # 1. Pretraining on classes 0-4.
 run pretrain --set 'data.idx={class_names: fashion_mnist, classes: [0, 1, 2, 3, 4]}' --set data.num_classes=5 \
-  --set "train.epochs=$pretrain_epochs" --set run.seed=0
+  --set "train.epochs=$pretrain_epochs" --set run.seed=0 --set train.precision=fp32
 weights="$(ls "$out"/pretrain/r/*/checkpoints/last.pt | head -1)"
 echo "pretrained on classes 0-4: test top-1 $(final_top1 pretrain) ($weights)"
 
 # 2. Fine-tuning on classes 5-9 with few labels, against training from scratch.
 finetune=(--set "data.idx={class_names: fashion_mnist, classes: [5, 6, 7, 8, 9], train_per_class: $per_class}"
           --set data.num_classes=5 --set data.batch_size=25 --set data.drop_last=false
-          --set "train.epochs=$epochs" --set schedule.warmup_epochs=1 --set optimizer.lr=0.05)
+          --set "train.epochs=$epochs" --set schedule.warmup_epochs=1 --set optimizer.lr=0.05 --set train.precision=fp32)
 printf '%-6s %-10s %-10s %s\n' seed scratch pretrained gain
 for seed in $seeds; do
   run "scratch-$seed" "${finetune[@]}" --set "run.seed=$seed"
