@@ -9,7 +9,7 @@ checks of what Stoker writes.
     python finetune_python.py safetensors-check FILE EXPECTED
         loads FILE with safetensors.torch.load_file and EXPECTED with torch.load; exits 1 unless equal
     python finetune_python.py checkpoints DIR
-        torchvision's resnet18 (10 classes, seeded) as DIR/tv_resnet18.pth (its state_dict), a
+        torchvision's resnet18 (1000 classes, as its ImageNet weights; seeded) as DIR/tv_resnet18.pth, a
         Lightning-style checkpoint DIR/lightning.ckpt ({"epoch", "global_step", "state_dict" with keys
         "model.<name>", "hyper_parameters": an argparse.Namespace, "optimizer_states"}), a timm-style
         training checkpoint DIR/timm_train.pth.tar ({"epoch", "arch", "state_dict", "args": a Namespace,
@@ -64,7 +64,7 @@ def safetensors_check(path, expected_path):
 def checkpoints(out):
     import torchvision
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
+    model = torchvision.models.resnet18()
     sd = model.state_dict()
     torch.save(sd, os.path.join(out, "tv_resnet18.pth"))
     namespace = argparse.Namespace(lr=0.1, layers=[1, 2], name="x", nested={"a": (1, 2.5)})

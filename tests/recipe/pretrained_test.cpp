@@ -149,5 +149,43 @@ TEST(PretrainedConfig, SkipOrRenameWithoutAFileAndFreezeUntilWithoutPatternsAreE
                   "model.pretrained_rename at line 1: expected a mapping of names to strings");
 }
 
+// The files torchvision, Lightning, timm's train.py, DDP and the Hugging Face hub write (made by
+// tests/models/finetune_python.py from one 1000-class torchvision resnet18) start a 10-class resnet18
+// with the same weights and one line naming the re-initialised head; a pickled module, the legacy format
+// and a TorchScript file are refused, saying what they are.
+TEST(PretrainedPython, TorchvisionLightningTimmDdpAndSafetensorsFilesStartAFineTune) {
+  std::string why;
+  const fs::path python = testing::venv_python(&why);
+  if (python.empty()) GTEST_SKIP() << why;
+  if (testing::shell("'" + python.string() + "' -c 'import torchvision, safetensors' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "torchvision or safetensors is not installed in " << python.string()
+                 << "; install them with `bash bench/setup.sh`";
+  }
+  TempDir tmp;
+  const std::string script = std::string(STOKER_SOURCE_DIR) + "/tests/models/finetune_python.py";
+  ASSERT_EQ(testing::shell("'" + python.string() + "' '" + script + "' checkpoints '" + tmp.path().string() + "'"), 0);
+  const Config c = parse_config("model: {type: resnet18}\ndata: {num_classes: 10, mean: [0.5, 0.5, 0.5], "
+                                "std: [0.2, 0.2, 0.2]}\n",
+                                "r.yaml");
+  const models::NamedTensors reference = read_weights_file(tmp / "tv_resnet18.pth");
+  for (const std::string name : {"tv_resnet18.pth", "lightning.ckpt", "timm_train.pth.tar", "ddp.pth",
+                                 "tv_resnet18.safetensors"}) {
+    SCOPED_TRACE(name);
+    Config with = c;
+    with.pretrained.file = (tmp / name).string();
+    torch::nn::AnyModule model = make_model(with, 3);
+    const std::string line = load_pretrained(*model.ptr(), with);
+    EXPECT_CONTAINS(line, "(120 tensors; head fc re-initialised for 10 classes");
+    const auto params = model.ptr()->named_parameters();
+    for (const auto& [key, tensor] : reference) {
+      if (key.rfind("fc.", 0) != 0 && params.contains(key)) EXPECT_TRUE(torch::equal(params[key], tensor)) << key;
+    }
+  }
+  EXPECT_CONTAINS(error_of([&] { read_weights_file(tmp / "whole_model.pth"); }),
+                  "holds a pickled torchvision.models.resnet.ResNet object (torch.save(model) saves the whole module)");
+  EXPECT_CONTAINS(error_of([&] { read_weights_file(tmp / "legacy.pth"); }),
+                  "torch.save's format before PyTorch 1.6");
+}
+
 }  // namespace
 }  // namespace stoker
