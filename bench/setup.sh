@@ -15,7 +15,7 @@ torch_version() { "$py" -c 'import torch; print(torch.__version__.split("+")[0])
 before="$(torch_version)"
 
 # Every package of requirements.txt is imported here, so that a venv made before one was added gets it.
-if "$py" -c 'import torchvision, PIL, numpy, tensorboard, mlflow, webdataset, timm' 2>/dev/null; then
+if "$py" -c 'import torchvision, PIL, numpy, tensorboard, mlflow, webdataset, timm, safetensors' 2>/dev/null; then
   echo "setup: torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)'), tensorboard $("$py" -c 'import tensorboard; print(tensorboard.__version__)') and mlflow $("$py" -c 'import mlflow; print(mlflow.__version__)') already in $venv"
 else
   # The constraint keeps pip from ever swapping torch (torchvision 0.26.0 requires exactly 2.11.0).

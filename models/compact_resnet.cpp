@@ -32,6 +32,10 @@ TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> bl
   return TypedOptions("compact_resnet", std::move(options));
 }
 
+std::vector<LayerGroup> compact_resnet_layer_groups() {
+  return {{"stem", {{"^features\\.stem_"}}}, {"blocks", {{"^features\\.stage(\\d+)_block(\\d+)"}}}};
+}
+
 CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const ModelShape& shape) {
   spec.check();
   nn::Sequential body;

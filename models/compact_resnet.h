@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -35,6 +36,10 @@ struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
 
 // compact_resnet with these options, as the model registry builds it (for code and tests).
 TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout = 0.0);
+
+// compact_resnet's layers for optimizer.layer_decay, in the manner of the ResNets': the stem
+// (features.stem_*), each block features.stage<s>_block<b>, then the classifier.
+std::vector<LayerGroup> compact_resnet_layer_groups();
 
 class CompactResNetImpl : public torch::nn::Module {
  public:

@@ -135,4 +135,14 @@ torch::Tensor ConvNextImpl::forward(const torch::Tensor& x) {
   return head(head_norm(torch::adaptive_avg_pool2d(y, {1, 1})).flatten(1));
 }
 
+std::vector<LayerGroup> convnext_layer_groups() {
+  // timm keys a downsampling (stage, 0), as its stage's first block: features.<2s> joins features.<2s+1>.0.
+  std::vector<LayerRule> blocks;
+  for (int s = 1; s < 8; ++s) {
+    blocks.push_back({fmt::format("^features\\.{}\\.", 2 * s), {2.0 * s + 1, 0.0}});
+  }
+  blocks.push_back({"^features\\.(\\d+)\\.(\\d+)\\."});
+  return {{"stem", {{"^features\\.0\\."}}}, {"blocks", blocks}};
+}
+
 }  // namespace stoker::models

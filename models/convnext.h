@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -111,5 +112,10 @@ class ConvNextImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 };
 TORCH_MODULE(ConvNext);
+
+// The layers of a torchvision-layout ConvNeXt for optimizer.layer_decay: timm's ConvNeXt.group_matcher
+// in torchvision's names: the stem (features.0), each block (features.<2s+1>.<j>), a stage's
+// downsampling (features.<2s>) with the stage's first block; then the head (classifier).
+std::vector<LayerGroup> convnext_layer_groups();
 
 }  // namespace stoker::models

@@ -112,4 +112,9 @@ EfficientNet efficientnet(const std::string& name, int64_t num_classes, int64_t 
   return EfficientNet(variant, options, ModelShape{in_channels, num_classes});
 }
 
+std::vector<LayerGroup> efficientnet_layer_groups() {
+  return {{"stem", {{"^features\\.0\\."}}},
+          {"blocks", {{"^features\\.8\\.", {kMatchPrevious}}, {"^features\\.(\\d+)\\.(\\d+)\\."}}}};
+}
+
 }  // namespace stoker::models

@@ -27,6 +27,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -63,5 +64,10 @@ TORCH_MODULE(EfficientNet);
 
 // efficientnet_variant(name)'s network with torchvision's defaults (drop path 0.2, the variant's dropout).
 EfficientNet efficientnet(const std::string& name, int64_t num_classes = 1000, int64_t in_channels = 3);
+
+// The layers of a torchvision-layout EfficientNet for optimizer.layer_decay: timm's
+// EfficientNet.group_matcher in torchvision's names: the stem (features.0), each MBConv block
+// (features.<stage>.<j>), the head convolution (features.8) with the last block; then the classifier.
+std::vector<LayerGroup> efficientnet_layer_groups();
 
 }  // namespace stoker::models

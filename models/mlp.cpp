@@ -20,6 +20,8 @@ void MlpOptions::check() const {
   }
 }
 
+std::vector<LayerGroup> mlp_layer_groups() { return {{"hidden", {{"^layers\\.fc(\\d+)"}}}}; }
+
 MlpImpl::MlpImpl(const MlpOptions& spec, const ModelShape& shape) : pool_(spec.pool) {
   spec.check();
   nn::Sequential body;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -25,6 +26,9 @@ struct MlpOptions : TypeOptionsOf<MlpOptions> {
   void visit(OptionsVisitor& v) override;
   void check() const override;
 };
+
+// mlp's layers for optimizer.layer_decay: each hidden layer layers.fc<i>, then the classifier.
+std::vector<LayerGroup> mlp_layer_groups();
 
 class MlpImpl : public torch::nn::Module {
  public:

@@ -91,4 +91,8 @@ MobileNetV3 mobilenet_v3_large(int64_t num_classes, int64_t in_channels) {
   return MobileNetV3(MobileNetV3Size::kLarge, MobileNetV3Options{}, ModelShape{in_channels, num_classes});
 }
 
+std::vector<LayerGroup> mobilenet_v3_layer_groups() {
+  return {{"stem", {{"^features\\.0\\."}}}, {"blocks", {{"^features\\.(\\d+)\\."}}}};
+}
+
 }  // namespace stoker::models

@@ -16,11 +16,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -48,5 +50,10 @@ TORCH_MODULE(MobileNetV3);
 
 MobileNetV3 mobilenet_v3_small(int64_t num_classes = 1000, int64_t in_channels = 3);
 MobileNetV3 mobilenet_v3_large(int64_t num_classes = 1000, int64_t in_channels = 3);
+
+// The layers of a torchvision-layout MobileNetV3 for optimizer.layer_decay, as timm's
+// MobileNetV3.group_matcher groups its blocks: the stem (features.0), each inverted residual block and
+// the last convolution (features.<i>), then the classifier.
+std::vector<LayerGroup> mobilenet_v3_layer_groups();
 
 }  // namespace stoker::models

@@ -1,5 +1,6 @@
 // Everything in models/, for users who want it all: the registry and Stoker's networks, their
-// residual blocks, FLOP counting, state-dict exchange with Python and TorchScript export.
+// residual blocks, FLOP counting, state-dict exchange with Python (torch.save, safetensors),
+// pretrained weights, layer groups, TorchScript export and scripted networks.
 // (tests/layering_test.py checks that it names every header of models/ but *_detail.h.)
 #pragma once
 
@@ -8,16 +9,22 @@
 #include "models/compact_resnet.h"
 #include "models/convnext.h"
 #include "models/efficientnet.h"
+#include "models/file_kind.h"
 #include "models/flops.h"
 #include "models/init.h"
+#include "models/key_pattern.h"
+#include "models/layer_groups.h"
 #include "models/mlp.h"
 #include "models/mobile_blocks.h"
 #include "models/mobilenet_v3.h"
 #include "models/pickle.h"
+#include "models/pretrained.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "models/safetensors.h"
 #include "models/shape.h"
 #include "models/state_dict.h"
 #include "models/torch_save.h"
 #include "models/torchscript.h"
+#include "models/torchscript_model.h"
 #include "models/vit.h"

@@ -13,6 +13,7 @@
 
 #include "common/options.h"
 #include "common/registry.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -27,12 +28,32 @@ using ModelFactory = std::function<torch::nn::AnyModule(const TypeOptions&, cons
 // the same model without the data (trainer predict, export).
 using ModelResolver = std::function<void(TypeOptions&, const ModelShape&)>;
 
-// A registered model type: its own options (their keys, defaults and checks), its factory and, for
-// types whose parameters depend on the input size, its resolver (null otherwise).
+// A registered model type: its own options (their keys, defaults and checks), its factory, for types
+// whose parameters depend on the input size its resolver (null otherwise), and what fine-tuning needs
+// to know of its parameters' names. A new family declares the last two beside its module, in one line
+// each:
+//   r.add("resnet18", resnet_type(&resnet18).with_head({"fc"}).with_layers(resnet_layer_groups()));
 struct ModelType {
   OptionsMaker options = options_of<NoOptions>();
   ModelFactory create;
   ModelResolver resolve = nullptr;
+  // Its classifier head, as key patterns (models/key_pattern.h; the ResNets: {"fc"}): re-initialised
+  // when model.pretrained's head is for another number of classes, trained at optimizer.head_lr_scale.
+  std::vector<std::string> head_keys = {};
+  // Its layers for optimizer.layer_decay (models/layer_groups.h: timm's group_matcher); none: the
+  // type cannot take layer_decay.
+  std::vector<LayerGroup> layer_groups = {};
+
+  ModelType with_head(std::vector<std::string> keys) const {
+    ModelType t = *this;
+    t.head_keys = std::move(keys);
+    return t;
+  }
+  ModelType with_layers(std::vector<LayerGroup> groups) const {
+    ModelType t = *this;
+    t.layer_groups = std::move(groups);
+    return t;
+  }
 };
 
 // A ModelType whose factory takes its own options struct:

@@ -7,6 +7,10 @@
 #include "models/blocks.h"
 
 namespace stoker::models {
+
+std::vector<LayerGroup> resnet_layer_groups() {
+  return {{"stem", {{"^conv1|bn1|maxpool"}}}, {"blocks", {{"^layer(\\d+)\\.(\\d+)"}}}};
+}
 namespace nn = torch::nn;
 
 void ResNetOptions::visit(OptionsVisitor& v) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 
 namespace stoker::models {
 
@@ -38,6 +39,10 @@ struct ResNetOptions : TypeOptionsOf<ResNetOptions> {
 // torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
 // convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.
 void init_resnet_weights(torch::nn::Module& model);
+
+// The layers of the torchvision-layout and CIFAR ResNets for optimizer.layer_decay: timm's
+// ResNet.group_matcher(coarse=False): the stem (conv1, bn1), then each block layer<i>.<j>, then fc.
+std::vector<LayerGroup> resnet_layer_groups();
 
 enum class ResNetBlock { basic, bottleneck };
 

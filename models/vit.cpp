@@ -213,4 +213,9 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& x) {
   return head(encoder(tokens, grid).select(1, 0));
 }
 
+std::vector<LayerGroup> vit_layer_groups() {
+  return {{"stem", {{"^class_token|conv_proj|encoder\\.pos_embedding"}}},
+          {"blocks", {{"^encoder\\.layers\\.encoder_layer_(\\d+)\\."}, {"^encoder\\.ln\\.", {kMatchPrevious}}}}};
+}
+
 }  // namespace stoker::models

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -153,5 +154,10 @@ class VisionTransformerImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 };
 TORCH_MODULE(VisionTransformer);
+
+// The layers of a torchvision-layout ViT for optimizer.layer_decay: timm's
+// VisionTransformer.group_matcher in torchvision's names: the stem (class token, patch projection,
+// position embedding), each encoder block, the final norm with the last block; then the head.
+std::vector<LayerGroup> vit_layer_groups();
 
 }  // namespace stoker::models

@@ -22,7 +22,8 @@ Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::
       always_adapt_(keys.always_adapt) {}
 
 void Lamb::set_lr(double lr) {
-  for (auto& group : param_groups()) group.options().set_lr(lr);
+  auto& groups = param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(lr * lr_scale(g));
 }
 
 torch::optim::AdamWParamState& Lamb::state_for(const torch::Tensor& p) {

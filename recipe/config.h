@@ -13,12 +13,14 @@
 #include "common/options.h"
 #include "data/dataset.h"
 #include "data/settings.h"
+#include "models/pretrained.h"
 #include "models/registry.h"
 #include "observe/sinks.h"
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "trainer/callbacks.h"
+#include "trainer/freeze.h"
 #include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
@@ -93,6 +95,11 @@ struct Config {
   DataOptions data;
   // model.type and that type's own keys beside it (compact_resnet: widths, blocks, dropout).
   TypedOptions model = models::model_options("compact_resnet");
+  // Keys of every model type beside them: where its weights start (model.pretrained,
+  // model.pretrained_skip, model.pretrained_rename: recipe/pretrained.h) and what of it trains when
+  // (model.freeze, model.freeze_until_epoch: trainer/freeze.h).
+  models::PretrainedOptions pretrained;
+  FreezeOptions freeze;
   OptimizerOptions optimizer;
   // loss.type (cross_entropy | bce, or registered: trainer/losses.h) and its own keys beside it; the
   // label smoothing is train.label_smoothing.

@@ -9,7 +9,9 @@
 #include "common/log.h"
 #include "recipe/continuous.h"
 #include "recipe/device.h"
+#include "recipe/pretrained.h"
 #include "recipe/sizing.h"
+#include "trainer/freeze.h"
 
 namespace stoker {
 namespace {
@@ -65,6 +67,12 @@ std::unique_ptr<Trainer> make_trainer(const RunPlan& plan, torch::nn::AnyModule 
   TrainerParts parts = make_parts(plan, std::move(model));
   if (group) parts.data_parallel = group->data_parallel(*parts.model.ptr());
   auto trainer = std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
+  if (plan.config.freeze.enabled()) {
+    // Released parts need their gradients synchronised too: a new synchronisation over them.
+    std::function<void(Trainer&)> resync;
+    if (group) resync = [group](Trainer& t) { t.set_data_parallel(group->data_parallel(t.module())); };
+    trainer->add_callback(std::make_shared<FreezeCallback>(plan.config.freeze, std::move(resync)));
+  }
   STOKER_CHECK(trainer->steps_per_epoch() == plan.steps_per_epoch,
                "make_trainer: the training source gives {} optimizer steps per epoch, the plan {}; build the plan from "
                "the same data (resolve_plan, plan_for_source)",
@@ -91,10 +99,14 @@ TrainingSetup make_training(const RunPlan& plan, const Distributed& distributed)
   // A RetunableLoader replaces the loader when the size changes: it alone holds it, so that the old
   // loader's workers and buffers go then.
   if (setup.train_source != setup.loaders.train) setup.loaders.train.reset();
+  torch::nn::AnyModule model = make_model(plan.config, plan.input);
+  // A new run starts from model.pretrained; a resumed one from its checkpoint, which holds the weights.
+  if (!plan.config.pretrained.file.empty() && !plan.resuming) {
+    setup.notes.push_back(load_pretrained(*model.ptr(), plan.config));
+  }
   // Batch operations (data.batch_ops) on the device, after whatever hands out the batches.
-  setup.trainer = make_trainer(plan, make_model(plan.config, plan.input),
-                               augment_training(plan.config, setup.train_source, plan.rank), setup.loaders.test,
-                               distributed.group);
+  setup.trainer = make_trainer(plan, std::move(model), augment_training(plan.config, setup.train_source, plan.rank),
+                               setup.loaders.test, distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 and cuDNN's autotuner (the Trainer sets nothing
   // process-wide).

@@ -2,6 +2,8 @@
 
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "recipe/param_groups.h"
+#include "trainer/freeze.h"
 
 namespace stoker {
 
@@ -39,7 +41,11 @@ TrainerParts make_parts(const RunPlan& plan, torch::nn::AnyModule model) {
   const Precision precision = config.train.precision;
   prepare_model(*model.ptr(), plan.device, precision, config.train.channels_last);
   TrainerParts parts;
-  parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), plan.device);
+  // The groups first (every parameter still requires its gradient), then model.freeze: the parts are
+  // frozen when training starts (FreezeCallback releases them at their epoch, or at once on resume).
+  const RunParameters params = run_parameters(config, *model.ptr());
+  if (config.freeze.enabled()) set_frozen(*model.ptr(), config.freeze.patterns, true);
+  parts.optimizer = make_optimizer(config.optimizer, params.groups, plan.device);
   parts.model = std::move(model);
   parts.loss = make_loss(config.loss, config.train.label_smoothing);
   parts.scaler = std::make_unique<GradScaler>(

@@ -26,8 +26,10 @@ torch::nn::AnyModule make_model(const Config& config, const data::InputShape& in
 TrainerOptions trainer_options(const RunPlan& plan);
 
 // The parts for `model` (prepared here for the plan's device and precision: see prepare_model): the
-// configured optimizer, the loss (loss.type with train.label_smoothing), the fp16-mixed loss scaler,
-// the learning-rate schedule over the plan's steps per epoch from its learning rate, and the EMA.
+// configured optimizer over the run's parameter groups (recipe/param_groups.h: optimizer.layer_decay,
+// optimizer.head_lr_scale; model.freeze's parameters frozen here), the loss (loss.type with
+// train.label_smoothing), the fp16-mixed loss scaler, the learning-rate schedule over the plan's steps
+// per epoch from its learning rate, and the EMA.
 TrainerParts make_parts(const RunPlan& plan, torch::nn::AnyModule model);
 
 }  // namespace stoker

@@ -21,6 +21,7 @@
 #include "recipe/join.h"
 #include "optim/schedule.h"
 #include "recipe/factory.h"
+#include "recipe/param_groups.h"
 #include "recipe/resolve.h"
 #include "common/log.h"
 #include "trainer/precision_choice.h"
@@ -73,6 +74,8 @@ void log_run_start(const TrainingSetup& setup, const fs::path& run_dir) {
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type(), params / 1e6);
+  for (const std::string& note : setup.notes) logger().info("{}", note);
+  logger().info("{}", describe_parameters(config, trainer.module(), b.lr));
   if (plan.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
   plan.precision.log();  // names the hardware itself
   logger().info("data: {} training / {} test samples ({}, {}x{}x{}) from {}; {} steps per epoch, {} "
@@ -316,6 +319,7 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   // Compared as resolved: the model keys the data decides (a ViT's model.image_size: 0) are filled
   // in as the saved config has them. (No precision trial ran: a resumed run keeps its precision.)
   if (resume) config_changes = check_resume_config(plan.config, *resume, request.allow_config_change);
+  plan.resuming = resume.has_value();
   std::optional<AutotuneOutcome> tuned;
   if (!resume) tuned = autotune_new_run(request, plan, distributed);
   TrainingSetup setup = make_training(plan, distributed);

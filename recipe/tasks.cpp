@@ -2,11 +2,13 @@
 #include "recipe/tasks.h"
 
 #include <limits>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include "common/atomic_write.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "data/normalize.h"
@@ -14,6 +16,7 @@
 #include "data/transform_options.h"
 #include "models/state_dict.h"
 #include "models/torchscript.h"
+#include "models/torchscript_model.h"
 #include "optim/ema.h"
 #include "recipe/device.h"
 #include "recipe/factory.h"
@@ -191,7 +194,9 @@ void float32_as_built(torch::nn::AnyModule& model, const torch::nn::AnyModule& f
 void export_torchscript(Config config, const ExportRequest& r) {
   config.train.channels_last = false;
   const auto channels = static_cast<int64_t>(config.data.mean.size());
-  const auto [height, width] = recipe_input_size(config);
+  // A scripted model (model.type: torchscript) is exported as its own script: no trace, no input size.
+  const bool scripted_type = config.model.type() == "torchscript";
+  const auto [height, width] = scripted_type ? std::pair<int64_t, int64_t>{0, 0} : recipe_input_size(config);
   PredictRequest load;
   load.checkpoint = r.checkpoint;
   load.use_ema = r.use_ema;
@@ -199,6 +204,16 @@ void export_torchscript(Config config, const ExportRequest& r) {
   const std::unique_ptr<PredictModel> m = load_model_for_predict(config, load, input, torch::kCPU);
   torch::nn::AnyModule& model = m->model;
   float32_as_built(model, make_model(config, input));
+  if (auto* scripted = dynamic_cast<models::TorchScriptModelImpl*>(model.ptr().get())) {
+    // model.type: torchscript: the script itself with the trained weights (its code, not a trace).
+    model.ptr()->eval();
+    std::ostringstream bytes;
+    scripted->script().save(bytes);
+    write_file_atomically(r.output, bytes.str());
+    logger().info("exported {} ({}weights of {}) as the TorchScript it was trained from to {}", scripted->path(),
+                  r.use_ema ? "EMA " : "", r.checkpoint.string(), r.output.string());
+    return;
+  }
   // Normalised inputs are about N(0, 1); the check batch has another size than the traced one.
   torch::Generator generator = at::detail::createCPUGenerator(config.run.seed);
   const torch::Tensor example = at::randn({2, channels, height, width}, generator);

@@ -1,6 +1,9 @@
 #include "test_config.h"
 
 #include "models/compact_resnet.h"
+#include "models/registry.h"
+#include "recipe/device.h"
+#include "recipe/factory.h"
 
 namespace stoker::testing {
 namespace fs = std::filesystem;
@@ -30,6 +33,13 @@ std::vector<torch::Tensor> weights(Trainer& t) {
   for (const auto& p : t.module().parameters()) out.push_back(p.detach().clone());
   for (const auto& b : t.module().buffers()) out.push_back(b.detach().clone());
   return out;
+}
+
+std::unique_ptr<Trainer> synthetic_trainer(const Config& config, uint64_t init_seed) {
+  configure_threads(config.run.threads);
+  Loaders loaders = make_loaders(config, torch::kCPU);
+  torch::manual_seed(init_seed);
+  return make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test, torch::kCPU);
 }
 
 }  // namespace stoker::testing

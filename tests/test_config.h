@@ -1,8 +1,11 @@
 // The tests' small config (recipe layer): a tiny run on write_synthetic_idx_dataset's data; and what the
-// resume tests share (the weights to compare, a callback that interrupts a run).
+// resume tests share (the weights to compare, a Trainer on the synthetic data, a callback that interrupts a run).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <string>
 
 #include "recipe/config.h"
 #include "test_util.h"
@@ -15,6 +18,10 @@ Config tiny_config(const std::filesystem::path& data_root, const std::filesystem
 
 // Copies of every parameter and buffer of the trainer's model, in module order.
 std::vector<torch::Tensor> weights(Trainer& t);
+
+// A Trainer on the synthetic IDX data under config.data.root (CPU), its model initialised from
+// `init_seed`: the recipe tests' way to train, stop and resume in one process.
+std::unique_ptr<Trainer> synthetic_trainer(const Config& config, uint64_t init_seed);
 
 // Stops the trainer after a given optimizer step (an interruption, for the resume tests).
 struct StopAtStep : Callback {

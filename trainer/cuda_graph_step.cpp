@@ -230,6 +230,13 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
 }
 
 bool CudaGraphStep::active() const { return state_->graph != nullptr && !state_->disabled; }
+
+void CudaGraphStep::recapture() {
+  if (state_->graph && !state_->disabled) {
+    state_->drop_graph();
+    logger().info("train.cuda_graph: the step changed (parameters frozen or released); capturing it again");
+  }
+}
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 
 void CudaGraphStep::disable(const std::string& why) {
@@ -250,6 +257,7 @@ CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction, Hooks, int) : s
 
 std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
 bool CudaGraphStep::active() const { return false; }
+void CudaGraphStep::recapture() {}
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 
 void CudaGraphStep::disable(const std::string& why) {

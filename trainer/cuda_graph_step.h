@@ -60,6 +60,9 @@ class CudaGraphStep {
   // graph is disabled, or the batch's shape is not the captured one).
   std::optional<torch::Tensor> run(const torch::Tensor& input, const torch::Tensor& target);
 
+  // Lets go of a captured graph, so that the next calls warm up and capture the step again (what the
+  // step computes changed: parameters were frozen or released). Nothing before a capture.
+  void recapture();
   // Stops using the graph for good; `why` is logged once.
   void disable(const std::string& why);
   bool disabled() const;

@@ -133,8 +133,10 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   train_correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   precision_summary_ = describe_precision(options_.precision);  // the run applies it (apply_global_precision)
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
-  for (const auto& p : module().parameters()) {
-    if (p.requires_grad()) params_.push_back(p);
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.requires_grad()) params_.push_back(p);
+    }
   }
   if (options_.cuda_graph) {
     graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
@@ -161,6 +163,27 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 bool Trainer::graph_active() const { return graph_ && graph_->active(); }
+
+void Trainer::trainable_changed() {
+  params_.clear();
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.requires_grad()) params_.push_back(p);
+    }
+  }
+  if (graph_) graph_->recapture();
+}
+
+void Trainer::set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel) {
+  STOKER_CHECK(data_parallel_ != nullptr && data_parallel != nullptr,
+               "Trainer::set_data_parallel replaces the data-parallel part of a Trainer that has one");
+  data_parallel_ = std::move(data_parallel);
+}
+
+void Trainer::train_mode() {
+  module().train();
+  for (auto& cb : callbacks_) cb->on_model_train(*this);
+}
 
 std::optional<double> Trainer::take_gpu_idle() {
   if (idle_read_step_ != state_.step) {
@@ -331,7 +354,7 @@ EvalResult Trainer::evaluate() {
   module().eval();
   EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
   eval_->take_times();  // evaluation's data times are not the training epoch's
-  module().train();
+  train_mode();
   if (data_parallel_) result = sum_over_ranks(*data_parallel_, result);
   return result;
 }
@@ -427,7 +450,7 @@ FitResult Trainer::fit() {
     const int64_t epoch = state_.epoch;
     train_->take_times();  // before the workers start on this epoch: its times start from zero
     train_->start_epoch(epoch, state_.batch_in_epoch);
-    module().train();
+    train_mode();
     for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
     const double epoch_start = now_s();
     EpochResult er;

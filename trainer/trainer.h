@@ -121,6 +121,9 @@ class Callback {
   virtual ~Callback() = default;
   virtual void on_fit_start(Trainer&) {}
   virtual void on_epoch_start(Trainer&, int64_t /*epoch*/) {}
+  // After the Trainer put the model in training mode (each epoch's start, and after each
+  // evaluation): a callback may put parts of it back in eval mode (model.freeze's BatchNorm layers).
+  virtual void on_model_train(Trainer&) {}
   virtual void on_train_step_end(Trainer&, const StepInfo&) {}
   virtual void on_validation_end(Trainer&, const EpochResult&) {}
   virtual void on_epoch_end(Trainer&, const EpochResult&) {}
@@ -178,6 +181,14 @@ class Trainer {
   // end of each epoch and before every checkpoint).
   void check_finite();
 
+  // Call after changing which of the optimizer's parameters require gradients (freezing or releasing
+  // part of the model, trainer/freeze.h): the clipping and inf/NaN checks take the new set, and a
+  // captured CUDA graph (whose backward computed the old set's gradients) is captured again.
+  void trainable_changed();
+  // Replaces the data-parallel part (data parallel: a new gradient synchronisation over the parameters
+  // that now require gradients, made by the process group after trainable_changed()).
+  void set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel);
+
   // ---- checkpoints ----
   // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
   void save_checkpoint(const std::filesystem::path& path);
@@ -229,6 +240,7 @@ class Trainer {
   // Whether to stop after optimizer step `step`: the request as it is alone; data parallel, the ranks'
   // requests combined at every stop_check_every-th step (and at `epoch_end`), false in between.
   bool stop_agreed(int64_t step, bool epoch_end);
+  void train_mode();  // the model in training mode, then the callbacks' on_model_train
   // Data parallel: whether any rank asks for each of `flags` (a small all-reduce); alone: `flags`.
   std::vector<bool> agree(const std::vector<bool>& flags);
   std::vector<CheckpointPart> checkpoint_parts();
@@ -250,7 +262,8 @@ class Trainer {
   int64_t idle_read_step_ = -1;           // the step of the last take_gpu_idle() ...
   std::optional<double> idle_reading_;    // ... and what it read
   std::vector<std::shared_ptr<Callback>> callbacks_;
-  std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
+  // The optimizer's parameters that require gradients, for clipping and the inf/NaN checks.
+  std::vector<torch::Tensor> params_;
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step

@@ -78,6 +78,7 @@ Tolerance tolerance_of(const std::string& name) {
   if (name == "schedule") return {1e-9, false};  // Schedule.EveryCurveEqualsTorchsSchedulers
   if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
   if (name == "lamb") return {1e-9, false};      // Lamb.MatchesTimmsGoldenValues
+  if (name == "layer_decay") return {1e-12, false};  // LayerGroups.*, ParamGroups.LayerDecayEqualsTimms*
   if (name == "augment") return {1e-7, false};   // AugmentOps.* (float32 magnitudes, exact bytes)
   // {EfficientNet,MobileNetV3}.MatchesCheckedInTorchvisionLogits: 1e-4 of each model's largest logit,
   // which differ by two orders of magnitude between the models and modes of the header.
@@ -116,11 +117,13 @@ TEST_P(GoldenHeadersPython, CheckedInHeaderIsWhatItsGeneratorWrites) {
   std::string why;
   const fs::path python = testing::venv_python(&why);
   if (python.empty()) GTEST_SKIP() << why;
-  const bool needs_torchvision = name == "resnet" || name == "augment" || name == "vit_convnext" || name == "mobile";
+  const bool needs_torchvision =
+      name == "resnet" || name == "augment" || name == "vit_convnext" || name == "mobile" || name == "layer_decay";
   if (needs_torchvision && testing::shell("'" + python.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "torchvision is not installed in " << python.string() << "; install it with `bash bench/setup.sh`";
   }
-  if ((name == "timm" || name == "lamb" || name == "vit_convnext") && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
+  const bool needs_timm = name == "timm" || name == "lamb" || name == "vit_convnext" || name == "layer_decay";
+  if (needs_timm && testing::shell("'" + python.string() + "' -c 'import timm' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "timm is not importable by " << python.string()
                  << "; install it beside the venv and set PYTHONPATH (tests/golden/timm_golden.py says how)";
   }
@@ -167,7 +170,7 @@ TEST(GoldenHeaders, ComparisonAllowsRoundingButNotEdits) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython,
                          ::testing::Values("optim", "schedule", "resnet", "timm", "lamb", "augment", "vit_convnext",
-                                           "mobile"),
+                                           "mobile", "layer_decay"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace

@@ -79,11 +79,7 @@ TEST_F(TrainerTest, TinyRunLearnsAndWritesItsRunDirectory) {
 
 // Builds a Trainer on the synthetic data with a model initialised from `init_seed`.
 std::unique_ptr<Trainer> make_trainer(const Config& config, uint64_t init_seed) {
-  configure_threads(config.run.threads);
-  Loaders loaders = make_loaders(config, torch::kCPU);
-  torch::manual_seed(init_seed);
-  return stoker::make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test,
-                                   torch::kCPU);
+  return testing::synthetic_trainer(config, init_seed);
 }
 
 using stoker::testing::StopAtStep;
