@@ -98,6 +98,19 @@ find_path(STOKER_NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp)
 stoker_require(STOKER_NLOHMANN_JSON_INCLUDE_DIR "nlohmann-json (JSON in and out)" "${_apt} nlohmann-json3-dev")
 find_package(CURL QUIET)
 stoker_require(CURL_FOUND "libcurl (the MLflow sink's HTTP client)" "${_apt} libcurl4-openssl-dev")
+# ONNX's protobuf classes, checker and shape inference (models/onnx_proto.cpp: `trainer export
+# --format onnx`), and the protobuf library they are built on (ONNX's CMake config names
+# protobuf::libprotobuf without finding it, so Protobuf comes first).
+find_package(Protobuf QUIET)
+stoker_require(Protobuf_FOUND "protobuf's C++ library (for ONNX export)" "${_apt} libprotobuf-dev")
+find_package(ONNX CONFIG QUIET)
+stoker_require(ONNX_FOUND "ONNX's C++ library (protobuf classes and checker, for ONNX export)" "${_apt} libonnx-dev")
+# The torch wheel ships protobuf headers of another release in its include folder, which comes
+# before /usr/include; models/onnx_proto.cpp sees Debian's through this folder (-I, searched first),
+# matching the library it links.
+set(STOKER_PROTOBUF_SHIM "${CMAKE_BINARY_DIR}/stoker-protobuf-shim")
+file(MAKE_DIRECTORY "${STOKER_PROTOBUF_SHIM}")
+file(CREATE_LINK "${Protobuf_INCLUDE_DIR}/google" "${STOKER_PROTOBUF_SHIM}/google" SYMBOLIC)
 if(STOKER_BUILD_TESTS)
   find_package(GTest QUIET)
   stoker_require(GTest_FOUND "GoogleTest (or configure with -DSTOKER_BUILD_TESTS=OFF)" "${_apt} libgtest-dev")
