@@ -136,8 +136,9 @@ std::string OnnxExport::module(const torch::nn::Module& m, const std::string& pa
 
 std::string OnnxExport::param(const std::string& name) {
   const torch::nn::Module& m = *current_;
-  const torch::Tensor* t = m.named_parameters(/*recurse=*/false).find(name);
-  if (t == nullptr) t = m.named_buffers(/*recurse=*/false).find(name);
+  const auto parameters = m.named_parameters(/*recurse=*/false), buffers = m.named_buffers(/*recurse=*/false);
+  const torch::Tensor* t = parameters.find(name);
+  if (t == nullptr) t = buffers.find(name);
   STOKER_CHECK(t != nullptr && t->defined(), "{}: the ONNX exporter of {} ({}) asks for its tensor '{}', which it does not have",
                what_, path_.empty() ? "the model" : path_, onnx_module_type(m), name);
   const void* key = t->unsafeGetTensorImpl();

@@ -53,7 +53,7 @@ TEST(OnnxGraph, FoldedConvEqualsConvThenBatchNorm) {
   torch::manual_seed(5);
   for (const bool bias : {false, true}) {
     for (const int64_t groups : {1, 4}) {
-      SCOPED_TRACE(testing::Message() << "bias " << bias << ", groups " << groups);
+      SCOPED_TRACE(::testing::Message() << "bias " << bias << ", groups " << groups);
       const ConvBn p = random_conv_bn(8, 12, groups, bias);
       OnnxGraph g = conv_bn_graph(p);
       EXPECT_EQ(fold_batch_norms(g), 1);
