@@ -12,10 +12,11 @@
 //   std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x) {
 //     std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
 //     out = e.child(block, "bn2", e.child(block, "conv2", out));
-//     const std::string shortcut = e.has_child(block, "downsample") ? e.child(block, "downsample", x) : x;
+//     const std::string& name = block.shortcut_name();  // "downsample" (or the compact ResNet's "shortcut")
+//     const std::string shortcut = e.has_child(block, name) ? e.child(block, name, x) : x;
 //     return e.op("Relu", {e.op("Add", {out, shortcut})});
 //   }
-//   register_onnx_exporter<BasicBlockImpl>(&basic_block_to_onnx);
+//   add_onnx_exporter<BasicBlockImpl>(registry, &basic_block_to_onnx);  // onnx_export.cpp
 //
 // Stoker's own modules' exporters sit beside the modules (blocks.cpp, resnet.cpp, ...), libtorch's
 // (Conv2d, BatchNorm2d, Linear, pooling, ...) in models/onnx_nn.cpp; onnx_export.cpp registers them
