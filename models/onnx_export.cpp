@@ -1,5 +1,5 @@
-// ONNX export of a module tree (models/onnx_export.h): the exporter registry with every module type
-// Stoker ships, the context exporters write through, and export_onnx.
+// ONNX export of a module tree (models/onnx_export.h): the context exporters write through, and
+// export_onnx.
 #include "models/onnx_export.h"
 
 #include <c10/util/Type.h>
@@ -8,28 +8,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/blocks.h"
-#include "models/cifar_resnet.h"
-#include "models/compact_resnet.h"
-#include "models/mlp.h"
-#include "models/onnx_nn.h"
 #include "models/onnx_proto.h"
-#include "models/resnet.h"
 
 namespace stoker::models {
 namespace {
-
-// One line per module type: the exporter beside each of Stoker's modules, and libtorch's modules
-// (models/onnx_nn.h). A new model family adds its modules' lines here.
-void add_stoker_exporters(Registry<OnnxExporter>& r) {
-  add_torch_nn_exporters(r);
-  add_onnx_exporter<BasicBlockImpl>(r, &basic_block_to_onnx);
-  add_onnx_exporter<BottleneckImpl>(r, &bottleneck_to_onnx);
-  add_onnx_exporter<ResNetImpl>(r, &resnet_to_onnx);
-  add_onnx_exporter<CifarResNetImpl>(r, &cifar_resnet_to_onnx);
-  add_onnx_exporter<CompactResNetImpl>(r, &compact_resnet_to_onnx);
-  add_onnx_exporter<MlpImpl>(r, &mlp_to_onnx);
-}
 
 // Puts a module back in the mode it had, whatever happens.
 class EvalModeGuard {
@@ -77,18 +59,8 @@ std::string normalize(OnnxGraph& g, const OnnxExportOptions& o, const std::strin
 
 std::string onnx_module_type(const std::type_info& type) { return c10::demangle(type.name()); }
 
-Registry<OnnxExporter>& onnx_exporter_registry() {
-  // Built on first use (never destroyed), like the model registry, with Stoker's own exporters in it.
-  static Registry<OnnxExporter>* registry = [] {
-    auto* r = new Registry<OnnxExporter>("ONNX exporter");
-    add_stoker_exporters(*r);
-    return r;
-  }();
-  return *registry;
-}
-
-OnnxExport::OnnxExport(OnnxGraph& graph, int64_t opset, std::string what)
-    : graph_(graph), opset_(opset), what_(std::move(what)) {}
+OnnxExport::OnnxExport(OnnxGraph& graph, const Registry<OnnxExporter>& exporters, int64_t opset, std::string what)
+    : graph_(graph), exporters_(exporters), opset_(opset), what_(std::move(what)) {}
 
 bool OnnxExport::has_child(const torch::nn::Module& parent, const std::string& name) const {
   return parent.named_children().find(name) != nullptr;
@@ -110,14 +82,13 @@ std::string OnnxExport::children(const torch::nn::Module& parent, const std::str
 
 std::string OnnxExport::module(const torch::nn::Module& m, const std::string& path, const std::string& input) {
   const std::string type = onnx_module_type(m);
-  Registry<OnnxExporter>& registry = onnx_exporter_registry();
-  if (!registry.contains(type)) {
+  if (!exporters_.contains(type)) {
     STOKER_FAIL("{}: {} is a {}, which has no ONNX exporter. Register one before exporting, as Stoker does for its "
                 "own modules: stoker::models::register_onnx_exporter<{}>(exporter) (docs/trainer.md, \"Adding an "
                 "ONNX exporter\"); or export --format torchscript, which traces any module",
                 what_, path.empty() ? "the model" : "its module '" + path + "'", type, type);
   }
-  const OnnxExporter exporter = registry.get(type);
+  const OnnxExporter exporter = exporters_.get(type);
   const std::string outer_path = path_;
   const torch::nn::Module* outer = current_;
   path_ = path;
@@ -166,7 +137,8 @@ std::vector<int64_t> OnnxExport::shape(const std::string& name) {
   return it->second;
 }
 
-std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& o, int64_t* folded) {
+std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& o, const Registry<OnnxExporter>& exporters,
+                        int64_t* folded) {
   check_options(o);
   EvalModeGuard eval(model);
   torch::NoGradGuard no_grad;
@@ -178,7 +150,7 @@ std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& o, in
   std::set<std::string> keep_float32;
   if (!o.mean.empty()) x = normalize(g, o, x, keep_float32);
   if (o.dtype == torch::kFloat16) x = g.add_node("Cast", "input/Cast", {x}, {{"to", onnx_element_type(torch::kFloat16)}});
-  OnnxExport e(g, o.opset, o.what);
+  OnnxExport e(g, exporters, o.opset, o.what);
   std::string y = e.module(model, "", x);
   if (o.dtype == torch::kFloat16) y = g.add_node("Cast", "output/Cast", {y}, {{"to", onnx_element_type(torch::kFloat32)}});
   if (g.producer(y) < 0) y = g.add_node("Identity", "output/Identity", {y});  // the input or a weight itself

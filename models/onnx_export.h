@@ -1,7 +1,8 @@
 // ONNX export of a libtorch module tree, written in C++: a registry of exporters per module type
 // (as torch.onnx registers a symbolic function per operator, and as models are registered by
 // name), the context an exporter writes its nodes through (OnnxExport), and export_onnx, which
-// walks a model from its root and returns the bytes of a checked ONNX model.
+// walks a model from its root and returns the bytes of a checked ONNX model. The process-wide
+// registry, with every module type Stoker ships, is models/onnx_registry.h.
 //
 // An exporter turns one module, in eval mode, into ONNX nodes: given the graph value of its input
 // it returns the value of its output. It names its parameters and buffers (they become the graph's
@@ -16,12 +17,14 @@
 //     const std::string shortcut = e.has_child(block, name) ? e.child(block, name, x) : x;
 //     return e.op("Relu", {e.op("Add", {out, shortcut})});
 //   }
-//   add_onnx_exporter<BasicBlockImpl>(registry, &basic_block_to_onnx);  // onnx_export.cpp
+//   add_onnx_exporter<BasicBlockImpl>(registry, &basic_block_to_onnx);  // onnx_registry.cpp
 //
 // Stoker's own modules' exporters sit beside the modules (blocks.cpp, resnet.cpp, ...), libtorch's
-// (Conv2d, BatchNorm2d, Linear, pooling, ...) in models/onnx_nn.cpp; onnx_export.cpp registers them
-// all, one line each (an application calls register_onnx_exporter for its own). A module type without an exporter (an application's own) is a stoker::Error
-// naming its path and type and how to register one (docs/trainer.md, "Adding an ONNX exporter").
+// (Conv2d, BatchNorm2d, Linear, pooling, ...) in models/onnx_nn.cpp; models/onnx_registry.cpp
+// registers them all, one line each, and an application registers its own with
+// register_onnx_exporter. A module type without an exporter (an application's own) is a
+// stoker::Error naming its path and type and how to register one (docs/trainer.md, "Adding an ONNX
+// exporter").
 // Convolutions followed by batch norms are written plainly and folded afterwards (onnx_graph.h).
 #pragma once
 
@@ -46,10 +49,6 @@ class OnnxExport;
 // returns the name of the value its forward returns.
 using OnnxExporter = std::function<std::string(OnnxExport&, const torch::nn::Module& module, const std::string& input)>;
 
-// The process-wide exporters, by module type (its C++ type name, onnx_module_type), with Stoker's
-// and libtorch's modules in it.
-Registry<OnnxExporter>& onnx_exporter_registry();
-
 // The registry's key of a module: its C++ type's demangled name ("stoker::models::BasicBlockImpl",
 // "torch::nn::Conv2dImpl").
 std::string onnx_module_type(const std::type_info& type);
@@ -70,18 +69,12 @@ void add_onnx_exporter(Registry<OnnxExporter>& registry,
   registry.add(onnx_module_type(typeid(M)), onnx_exporter<M>(std::move(exporter)));
 }
 
-// Registers `exporter` for modules of type `M` in the process-wide registry: what an application
-// does for its own module types before exporting.
-template <typename M>
-void register_onnx_exporter(std::function<std::string(OnnxExport&, const M&, const std::string&)> exporter) {
-  add_onnx_exporter<M>(onnx_exporter_registry(), std::move(exporter));
-}
-
 // What an exporter writes its nodes through: the graph, the path of the module being exported, and
 // the export's settings.
 class OnnxExport {
  public:
-  OnnxExport(OnnxGraph& graph, int64_t opset, std::string what);
+  // Exports into `graph` with the exporters of `exporters` (onnx_registry.h: the process-wide ones).
+  OnnxExport(OnnxGraph& graph, const Registry<OnnxExporter>& exporters, int64_t opset, std::string what);
 
   // The child `name` of `parent` (its registered name: "conv1", "layer1", "0") exported on `input`.
   std::string child(const torch::nn::Module& parent, const std::string& name, const std::string& input);
@@ -111,6 +104,7 @@ class OnnxExport {
 
  private:
   OnnxGraph& graph_;
+  const Registry<OnnxExporter>& exporters_;
   int64_t opset_;
   std::string what_;  // the model, for messages: "model.type resnet18"
   std::string path_;
@@ -137,7 +131,10 @@ struct OnnxExportOptions {
 // `input_name` [N, C, H, W] float32, output `output_name` [N, classes] float32 (with kFloat16 the
 // graph casts after the input and before the output, so callers feed and read float32 either way).
 // Conv + BatchNormalization pairs are folded. Returns the model's bytes after ONNX's checker and
-// shape inference passed (onnx_proto.h). `folded`, when given, receives the count of folded batch norms.
-std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& options, int64_t* folded = nullptr);
+// shape inference passed (onnx_proto.h). Each module is exported by `exporters`' entry for its type
+// (onnx_exporter_registry(), onnx_registry.h, holds Stoker's and libtorch's). `folded`, when given,
+// receives the count of folded batch norms.
+std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& options,
+                        const Registry<OnnxExporter>& exporters, int64_t* folded = nullptr);
 
 }  // namespace stoker::models

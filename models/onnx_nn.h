@@ -14,7 +14,7 @@
 
 namespace stoker::models {
 
-// Adds the exporters of libtorch's modules above to `registry` (onnx_export.cpp does, once).
+// Adds the exporters of libtorch's modules above to `registry` (onnx_registry.cpp does, once).
 void add_torch_nn_exporters(Registry<OnnxExporter>& registry);
 
 // torch::flatten(x, 1) of a tensor of any rank: [N, ...] -> [N, product of the rest].

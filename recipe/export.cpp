@@ -18,6 +18,7 @@
 #include "data/transform_options.h"
 #include "models/onnx_export.h"
 #include "models/onnx_proto.h"
+#include "models/onnx_registry.h"
 #include "models/state_dict.h"
 #include "models/torchscript.h"
 #include "recipe/factory.h"
@@ -219,7 +220,7 @@ Json common_json(const Export& x, const ExportRequest& r, ExportFormat format) {
 }
 
 // The input and output as the model takes and gives them.
-void describe_io(Json& j, bool normalize_inside, const std::string& batch) {
+void describe_io(Json& j, bool normalize_inside, const Json& batch) {
   j["input"] = {{"name", "input"},
                 {"shape", Json::array({batch, "channels", "height", "width"})},
                 {"dtype", "float32"},
@@ -241,7 +242,7 @@ std::string export_torchscript(Export& x, const ExportRequest& r) {
   const torch::Tensor check = at::randn({3, x.channels, x.size->height, x.size->width}, generator);
   torch::jit::Module traced = models::trace_to_torchscript(
       *model.ptr(), [&](const torch::Tensor& t) { return model.forward(t); }, example, check, x.what);
-  describe_io(x.json, false, "batch");
+  describe_io(x.json, false, Json("batch"));
   std::ostringstream bytes;
   traced.save(bytes, {{"stoker.json", x.json.dump(2)}});
   write_file_atomically(r.output, bytes.str());
@@ -262,7 +263,7 @@ std::string export_onnx_file(Export& x, const ExportRequest& r) {
   o.num_classes = x.config.data.num_classes;
   o.producer_version = STOKER_VERSION;
   o.doc = fmt::format("{} ({} weights of {}), exported by Stoker", x.what, r.use_ema ? "EMA" : "the", r.checkpoint.string());
-  describe_io(x.json, r.include_normalize, r.dynamic_batch ? "batch" : "1");
+  describe_io(x.json, r.include_normalize, r.dynamic_batch ? Json("batch") : Json(1));
   x.json["opset"] = o.opset;
   x.json["dtype"] = r.dtype.value_or("float32");
   x.json["dynamic_batch"] = r.dynamic_batch;
@@ -270,7 +271,7 @@ std::string export_onnx_file(Export& x, const ExportRequest& r) {
     o.metadata.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
   }
   int64_t folded = 0;
-  write_file_atomically(r.output, models::export_onnx(*x.model->model.ptr(), o, &folded));
+  write_file_atomically(r.output, models::export_onnx(*x.model->model.ptr(), o, models::onnx_exporter_registry(), &folded));
   return fmt::format("ONNX opset {}, {} weights, input [{}, {}, {}, {}] float32 {}, {} batch norm(s) folded", o.opset,
                      x.json["dtype"].get<std::string>(), r.dynamic_batch ? "batch" : "1", x.channels, x.size->height,
                      x.size->width, r.include_normalize ? "in [0, 1] (normalised inside)" : "normalised", folded);

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "models/onnx_proto.h"
+#include "models/onnx_registry.h"
 #include "models/registry.h"
 #include "test_util.h"
 
@@ -35,7 +36,8 @@ TEST(OnnxExport, EveryStokerModelExportsACheckedGraphWithItsBatchNormsFolded) {
       convs += m->as<torch::nn::Conv2d>() != nullptr;
     }
     int64_t folded = -1;
-    const OnnxModelSummary s = read_onnx_model(export_onnx(*model.ptr(), options_for(3, 32), &folded), type);
+    const std::string bytes = export_onnx(*model.ptr(), options_for(3, 32), onnx_exporter_registry(), &folded);
+    const OnnxModelSummary s = read_onnx_model(bytes, type);
     EXPECT_EQ(folded, batch_norms);
     EXPECT_EQ(s.count("BatchNormalization"), 0);
     EXPECT_EQ(s.count("Conv"), convs);
@@ -54,7 +56,8 @@ TEST(OnnxExport, EveryStokerModelExportsACheckedGraphWithItsBatchNormsFolded) {
 
 TEST(OnnxExport, InitializersCarryTheStateDictNames) {
   torch::nn::AnyModule model = create_model(model_options("resnet18"), ModelShape{3, 10});
-  const OnnxModelSummary s = read_onnx_model(export_onnx(*model.ptr(), options_for(3, 32)), "resnet18");
+  const OnnxModelSummary s =
+      read_onnx_model(export_onnx(*model.ptr(), options_for(3, 32), onnx_exporter_registry()), "resnet18");
   std::set<std::string> names;
   for (const auto& [name, type] : s.initializers) {
     names.insert(name);
@@ -77,7 +80,7 @@ TEST(OnnxExport, OptionsShowInTheFile) {
   o.std = {0.353};
   o.dtype = torch::kFloat16;
   o.metadata = {{"class_names", "[\"a\", \"b\"]"}, {"mean", "[0.286]"}};
-  const OnnxModelSummary s = read_onnx_model(export_onnx(*model.ptr(), o), "compact_resnet");
+  const OnnxModelSummary s = read_onnx_model(export_onnx(*model.ptr(), o, onnx_exporter_registry()), "compact_resnet");
   EXPECT_EQ(s.opset, 13);
   EXPECT_EQ(s.inputs[0].dims, (std::vector<int64_t>{-1, 1, 28, 28}));
   EXPECT_EQ(s.inputs[0].dtype, torch::kFloat32);
@@ -99,14 +102,15 @@ TEST(OnnxExport, BadOptionsAreClearErrors) {
   torch::nn::AnyModule model = create_model(model_options("mlp"), ModelShape{1, 10});
   OnnxExportOptions o = options_for(1, 28);
   o.opset = 12;
-  EXPECT_CONTAINS(testing::error_of([&] { export_onnx(*model.ptr(), o); }), "ONNX opset 12 is outside what Stoker writes: 13 to");
+  const auto error_of_export = [&] {
+    return testing::error_of([&] { export_onnx(*model.ptr(), o, onnx_exporter_registry()); });
+  };
+  EXPECT_CONTAINS(error_of_export(), "ONNX opset 12 is outside what Stoker writes: 13 to");
   o = options_for(1, 30);  // mlp pools to 4x4: 30 does not divide
-  EXPECT_CONTAINS(testing::error_of([&] { export_onnx(*model.ptr(), o); }),
-                  "an adaptive average pooling from 30x30 to 4x4 has windows of unequal sizes");
+  EXPECT_CONTAINS(error_of_export(), "an adaptive average pooling from 30x30 to 4x4 has windows of unequal sizes");
   o = options_for(1, 28);
   o.num_classes = 7;
-  EXPECT_CONTAINS(testing::error_of([&] { export_onnx(*model.ptr(), o); }),
-                  "gives outputs of shape [1, 10] where [1, 7] was expected");
+  EXPECT_CONTAINS(error_of_export(), "gives outputs of shape [1, 10] where [1, 7] was expected");
 }
 
 // An application's own module type, unknown to the exporter.
@@ -118,7 +122,8 @@ TORCH_MODULE(ScaleByTwo);
 TEST(OnnxExport, AnUnknownModuleTypeNamesItselfAndHowToRegisterAnExporter) {
   torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), ScaleByTwo(),
                               torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(4, 10));
-  const std::string error = testing::error_of([&] { export_onnx(*model, options_for(1, 8)); });
+  const std::string error =
+      testing::error_of([&] { export_onnx(*model, options_for(1, 8), onnx_exporter_registry()); });
   EXPECT_CONTAINS(error, "the test model: its module '1' is a stoker::models::(anonymous namespace)::ScaleByTwoImpl, which "
                          "has no ONNX exporter");
   EXPECT_CONTAINS(error, "stoker::models::register_onnx_exporter<stoker::models::(anonymous namespace)::ScaleByTwoImpl>(exporter)");
@@ -127,7 +132,7 @@ TEST(OnnxExport, AnUnknownModuleTypeNamesItselfAndHowToRegisterAnExporter) {
   register_onnx_exporter<ScaleByTwoImpl>([](OnnxExport& e, const ScaleByTwoImpl&, const std::string& x) {
     return e.op("Mul", {x, e.constant("two", torch::tensor({2.0f}))});
   });
-  const OnnxModelSummary s = read_onnx_model(export_onnx(*model, options_for(1, 8)), "the test model");
+  const OnnxModelSummary s = read_onnx_model(export_onnx(*model, options_for(1, 8), onnx_exporter_registry()), "the test model");
   EXPECT_EQ(s.ops, (std::vector<std::string>{"Conv", "Mul", "GlobalAveragePool", "Flatten", "Gemm"}));
   EXPECT_CONTAINS(testing::error_of([&] {
                     register_onnx_exporter<ScaleByTwoImpl>(
