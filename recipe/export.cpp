@@ -113,11 +113,9 @@ InputSize parse_input_size(const std::string& text) {
 
 namespace {
 
-// The output's folder made (or checked writable) and the output not a folder, before any work.
+// The output's folder made (or checked writable), before any work.
 void prepare_output(const fs::path& output) {
   STOKER_CHECK(!output.empty(), "export needs an output file (--output FILE)");
-  STOKER_CHECK(!fs::is_directory(output), "export --output {} is a folder; name the file to write in it (e.g. {})",
-               output.string(), (output / "model.onnx").string());
   const fs::path folder = output.parent_path().empty() ? fs::path(".") : output.parent_path();
   std::error_code error;
   fs::create_directories(folder, error);
@@ -280,6 +278,8 @@ std::string export_onnx_file(Export& x, const ExportRequest& r) {
 }  // namespace
 
 ExportResult export_checkpoint(const ExportRequest& r) {
+  STOKER_CHECK(!fs::is_directory(r.output), "export --output {} is a folder; name the file to write in it (e.g. {})",
+               r.output.string(), (r.output / "model.onnx").string());
   const ExportFormat format = export_format(r.format, r.output);
   check_format_options(r, format);
   prepare_output(r.output);

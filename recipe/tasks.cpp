@@ -27,8 +27,10 @@ namespace {
 
 // The model section of a config as one line of YAML ("{type: resnet18, drop_path_rate: 0}").
 std::string model_yaml(const Config& config) {
+  YAML::Node model = YAML::Load(config_to_yaml(config))["model"];
+  model.SetStyle(YAML::EmitterStyle::Flow);
   YAML::Emitter out;
-  out << YAML::Flow << YAML::Load(config_to_yaml(config))["model"];
+  out << model;
   return out.c_str();
 }
 
