@@ -1,11 +1,12 @@
-// `trainer export --format onnx` checked by ONNX Runtime (suite OnnxRuntimePython: the libtorch
-// venv's onnxruntime and onnx from bench/requirements.txt; skipped, saying why, without them). For
-// every model family Stoker ships, a checkpoint with calibrated batch-norm statistics is exported
-// and ONNX Runtime's CPU outputs on real images (Fashion-MNIST's test images for the 1-channel
-// models, generated RGB images for the 3-channel ones) equal Stoker's eval-mode logits of the same
-// checkpoint: max |difference| <= 1e-4, top-1 identical, at batch 7 and batch 1 of one
-// --dynamic-batch file. --include-normalize on pixel / 255 equals the pipeline's normalisation;
-// float16 stays within its tolerance; the default file has batch 1 and carries its metadata.
+// `trainer export --format onnx` checked by ONNX Runtime (suites OnnxRuntimePython and, one test
+// per family, FamilyOnnxRuntimePython: the libtorch venv's onnxruntime and onnx from
+// bench/requirements.txt; skipped, saying why, without them). For every model family Stoker ships,
+// a checkpoint with calibrated batch-norm statistics is exported and ONNX Runtime's CPU outputs on
+// real images (Fashion-MNIST's test images for the 1-channel models, generated RGB images for the
+// 3-channel ones) equal Stoker's eval-mode logits of the same checkpoint: max |difference| <= 1e-4,
+// top-1 identical, at batch 7 and batch 1 of one --dynamic-batch file. --include-normalize on
+// pixel / 255 equals the pipeline's normalisation; float16 stays within its tolerance; the default
+// file has batch 1 and carries its metadata.
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -192,30 +193,33 @@ class OnnxRuntimePython : public ::testing::Test {
   fs::path python_;
 };
 
-TEST_F(OnnxRuntimePython, EveryFamilyEqualsStokersLogitsOnRealImagesAtBatchSevenAndOne) {
-  for (const Family& f : families()) {
-    SCOPED_TRACE(f.type);
-    Config config;
-    const fs::path checkpoint = make_checkpoint(f, dir_.path(), config);
-    const fs::path file =
-        export_file(checkpoint, f, f.type + ".onnx", [](ExportRequest& e) { e.dynamic_batch = true; });
-    const torch::Tensor batch = normalized(config, images_for(f, 7));
-    const torch::Tensor one = batch.slice(0, 3, 4);
-    const Run run = onnx_runtime(file, {batch, one});
-    EXPECT_EQ(run.model["inputs"][0]["shape"], nlohmann::json::array({"batch", f.channels, f.size, f.size}));
-    EXPECT_EQ(run.model["providers"][0], "CPUExecutionProvider");
-    const torch::Tensor want = stoker_logits(config, checkpoint, batch);
-    ASSERT_TRUE(run.logits[0].defined()) << run.errors[0];
-    ASSERT_TRUE(run.logits[1].defined()) << run.errors[1];
-    ASSERT_EQ(run.logits[0].sizes(), want.sizes());
-    const double diff = max_difference(run.logits[0], want), diff_one = max_difference(run.logits[1], want.slice(0, 3, 4));
-    EXPECT_LE(diff, kFloat32Tolerance);
-    EXPECT_LE(diff_one, kFloat32Tolerance);
-    EXPECT_TRUE(torch::equal(run.logits[0].argmax(1), want.argmax(1)));
-    std::printf("[ onnx ] %-15s batch 7: max |ORT - Stoker| %.3g (largest |logit| %.3g); batch 1: %.3g\n",
-                f.type.c_str(), diff, want.abs().max().item<double>(), diff_one);
-  }
+// One test per family (suite FamilyOnnxRuntimePython), so that each has its own time limit.
+class FamilyOnnxRuntimePython : public OnnxRuntimePython, public ::testing::WithParamInterface<Family> {};
+
+TEST_P(FamilyOnnxRuntimePython, EqualsStokersLogitsOnRealImagesAtBatchSevenAndOne) {
+  const Family& f = GetParam();
+  Config config;
+  const fs::path checkpoint = make_checkpoint(f, dir_.path(), config);
+  const fs::path file = export_file(checkpoint, f, f.type + ".onnx", [](ExportRequest& e) { e.dynamic_batch = true; });
+  const torch::Tensor batch = normalized(config, images_for(f, 7));
+  const torch::Tensor one = batch.slice(0, 3, 4);
+  const Run run = onnx_runtime(file, {batch, one});
+  EXPECT_EQ(run.model["inputs"][0]["shape"], nlohmann::json::array({"batch", f.channels, f.size, f.size}));
+  EXPECT_EQ(run.model["providers"][0], "CPUExecutionProvider");
+  const torch::Tensor want = stoker_logits(config, checkpoint, batch);
+  ASSERT_TRUE(run.logits[0].defined()) << run.errors[0];
+  ASSERT_TRUE(run.logits[1].defined()) << run.errors[1];
+  ASSERT_EQ(run.logits[0].sizes(), want.sizes());
+  const double diff = max_difference(run.logits[0], want), diff_one = max_difference(run.logits[1], want.slice(0, 3, 4));
+  EXPECT_LE(diff, kFloat32Tolerance);
+  EXPECT_LE(diff_one, kFloat32Tolerance);
+  EXPECT_TRUE(torch::equal(run.logits[0].argmax(1), want.argmax(1)));
+  std::printf("[ onnx ] %-15s batch 7: max |ORT - Stoker| %.3g (largest |logit| %.3g); batch 1: %.3g\n", f.type.c_str(),
+              diff, want.abs().max().item<double>(), diff_one);
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryFamily, FamilyOnnxRuntimePython, ::testing::ValuesIn(families()),
+                         [](const ::testing::TestParamInfo<Family>& info) { return info.param.type; });
 
 TEST_F(OnnxRuntimePython, IncludeNormalizeOnPixelsOverTwoFiftyFiveEqualsThePipeline) {
   for (const Family& f : {families()[0], families()[4]}) {  // compact_resnet (gray), resnet18 (RGB)
