@@ -24,6 +24,7 @@
 #include "observe/report.h"
 #include "recipe/config.h"
 #include "recipe/device.h"
+#include "recipe/export.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "recipe/tasks.h"
@@ -420,9 +421,14 @@ int export_weights(const Args& args) {
   request.format = args.format;
   request.use_ema = args.ema;
   request.output = args.output_file;
-  stoker::export_checkpoint(request);
-  std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
-              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
+  if (!args.input_size.empty()) request.input_size = stoker::parse_input_size(args.input_size);
+  if (args.opset > 0) request.opset = args.opset;
+  request.dynamic_batch = args.dynamic_batch;
+  request.include_normalize = args.include_normalize;
+  if (!args.dtype.empty()) request.dtype = args.dtype;
+  const stoker::ExportResult out = stoker::export_checkpoint(request);
+  std::printf("wrote %s (%s%s of %s) and %s\n", out.model.c_str(), out.summary.c_str(),
+              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str(), out.metadata.c_str());
   return 0;
 }
 

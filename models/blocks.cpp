@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include "models/onnx_export.h"
+
 namespace stoker::models {
 namespace nn = torch::nn;
 
@@ -54,7 +56,8 @@ nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) {
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                               const std::string& shortcut_name) {
+                               const std::string& shortcut_name)
+    : shortcut_name_(shortcut_name) {
   // Registration (and so default-initialisation) order: conv1, bn1, conv2, bn2, shortcut.
   conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
   bn1 = register_module("bn1", nn::BatchNorm2d(planes));
@@ -90,6 +93,23 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   out = drop_path(bn3(conv3(out)), drop_path_, is_training());
   out += downsample ? downsample->forward(x) : x;
   return torch::relu(out);
+}
+
+// relu(bn1(conv1(x))), bn2(conv2(.)), plus the shortcut, relu: as forward, drop_path the identity.
+std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x) {
+  std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
+  out = e.child(block, "bn2", e.child(block, "conv2", out));
+  const std::string& name = block.shortcut_name();
+  const std::string shortcut = e.has_child(block, name) ? e.child(block, name, x) : x;
+  return e.op("Relu", {e.op("Add", {out, shortcut})});
+}
+
+std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x) {
+  std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
+  out = e.op("Relu", {e.child(block, "bn2", e.child(block, "conv2", out))});
+  out = e.child(block, "bn3", e.child(block, "conv3", out));
+  const std::string shortcut = e.has_child(block, "downsample") ? e.child(block, "downsample", x) : x;
+  return e.op("Relu", {e.op("Add", {out, shortcut})});
 }
 
 }  // namespace stoker::models

@@ -22,6 +22,8 @@
 
 namespace stoker::models {
 
+class OnnxExport;  // models/onnx_export.h
+
 // Stochastic depth (Huang et al. 2016; timm's drop_path, torchvision's StochasticDepth "row"): in
 // training, each sample's residual branch is dropped with probability `rate` and the kept ones are
 // scaled by 1 / (1 - rate); at evaluation (or rate 0) the branch as it is. Draws from the default
@@ -52,9 +54,13 @@ class BasicBlockImpl : public torch::nn::Module {
   // The probability of dropping the residual branch of a training sample (drop_path); 0 = never.
   void set_drop_path(double rate) { drop_path_ = rate; }
   double drop_path_rate() const { return drop_path_; }
+  // The name of the projection shortcut's submodule ("downsample", or the compact ResNet's
+  // "shortcut"); it has none when the shortcut is the identity.
+  const std::string& shortcut_name() const { return shortcut_name_; }
 
  private:
   double drop_path_ = 0.0;
+  std::string shortcut_name_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
   torch::nn::Sequential shortcut{nullptr};  // empty for the identity
@@ -78,5 +84,10 @@ class BottleneckImpl : public torch::nn::Module {
   torch::nn::Sequential downsample{nullptr};  // empty for the identity
 };
 TORCH_MODULE(Bottleneck);
+
+// The blocks' ONNX exporters (models/onnx_export.h): their eval-mode forwards, in which stochastic
+// depth is the identity.
+std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x);
+std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x);
 
 }  // namespace stoker::models

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -31,6 +32,8 @@
 #include <torch/nn/modules/pooling.h>
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 class CifarResNetImpl : public torch::nn::Module {
  public:
@@ -49,6 +52,9 @@ class CifarResNetImpl : public torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 };
 TORCH_MODULE(CifarResNet);
+
+// The ONNX exporter of the CIFAR ResNets (models/onnx_export.h): their forward.
+std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, const std::string& x);
 
 inline CifarResNet cifar_resnet20(int64_t num_classes = 10, int64_t in_channels = 3) {
   return CifarResNet(20, num_classes, in_channels);

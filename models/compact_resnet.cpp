@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -61,6 +62,10 @@ CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const Mod
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
+}
+
+std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
+  return e.child(net, "classifier", e.child(net, "dropout", e.child(net, "features", x)));
 }
 
 }  // namespace stoker::models

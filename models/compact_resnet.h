@@ -16,6 +16,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
@@ -23,6 +24,8 @@
 #include "models/shape.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // compact_resnet's own keys (model.widths, model.blocks, model.dropout, model.drop_path_rate).
 struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
@@ -52,5 +55,8 @@ class CompactResNetImpl : public torch::nn::Module {
   torch::nn::Linear classifier{nullptr};
 };
 TORCH_MODULE(CompactResNet);
+
+// The compact ResNet's ONNX exporter (models/onnx_export.h): features, dropout (the identity), classifier.
+std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

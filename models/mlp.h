@@ -11,6 +11,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
@@ -18,6 +19,8 @@
 #include "models/shape.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // mlp's own keys (model.hidden, model.pool).
 struct MlpOptions : TypeOptionsOf<MlpOptions> {
@@ -34,11 +37,16 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const MlpOptions& options, const ModelShape& shape);
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t pool() const { return pool_; }
 
  private:
   int64_t pool_ = 4;
   torch::nn::Sequential layers{nullptr};
 };
 TORCH_MODULE(Mlp);
+
+// The MLP's ONNX exporter (models/onnx_export.h): the adaptive pooling (whose window must divide the
+// input size), flatten, the layers.
+std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x);
 
 }  // namespace stoker::models

@@ -1,6 +1,6 @@
 // Everything in models/, for users who want it all: the registry and Stoker's networks, their
 // residual blocks, FLOP counting, state-dict exchange with Python (torch.save, safetensors),
-// pretrained weights, layer groups, TorchScript export and scripted networks.
+// pretrained weights, layer groups, TorchScript and ONNX export and scripted networks.
 // (tests/layering_test.py checks that it names every header of models/ but *_detail.h.)
 #pragma once
 
@@ -17,6 +17,11 @@
 #include "models/mlp.h"
 #include "models/mobile_blocks.h"
 #include "models/mobilenet_v3.h"
+#include "models/onnx_export.h"
+#include "models/onnx_graph.h"
+#include "models/onnx_nn.h"
+#include "models/onnx_proto.h"
+#include "models/onnx_registry.h"
 #include "models/pickle.h"
 #include "models/pretrained.h"
 #include "models/registry.h"

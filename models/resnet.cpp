@@ -5,6 +5,8 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 
@@ -69,6 +71,13 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = maxpool(torch::relu(bn1(conv1(x))));
   y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
   return fc(torch::flatten(avgpool(y), 1));
+}
+
+std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x) {
+  std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
+  y = e.child(net, "maxpool", y);
+  for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) y = e.child(net, layer, y);
+  return e.child(net, "fc", onnx_flatten(e, e.child(net, "avgpool", y)));
 }
 
 ResNet resnet18(int64_t num_classes, int64_t in_channels) {

@@ -21,12 +21,15 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
 #include "models/layer_groups.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // The own keys of the torchvision-style and CIFAR ResNets: model.drop_path_rate, stochastic depth
 // rising linearly over the blocks from 0 to the rate (models/blocks.h apply_drop_path; timm
@@ -72,5 +75,8 @@ ResNet resnet18(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet34(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet50(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet101(int64_t num_classes = 1000, int64_t in_channels = 3);
+
+// The ONNX exporter of the torchvision-style ResNets (models/onnx_export.h): their forward.
+std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

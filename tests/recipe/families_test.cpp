@@ -15,6 +15,7 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "models/vit.h"
+#include "recipe/export.h"
 #include "recipe/factory.h"
 #include "recipe/resolve.h"
 #include "recipe/run.h"
@@ -150,7 +151,7 @@ TEST_P(FamilyRun, ExportsStateDictAndTorchScript) {
 
   ExportRequest e;
   e.checkpoint = checkpoint;
-  e.output = runs_ / "weights.pt";
+  e.output = runs_ / "weights.pth";
   export_checkpoint(e);
   torch::nn::AnyModule fresh = make_model(saved, {3});
   models::load_state_dict(*fresh.ptr(), e.output);
