@@ -30,6 +30,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include "models/batch_norm.h"
+
 namespace stoker::models {
 
 class CifarResNetImpl : public torch::nn::Module {
@@ -43,7 +45,7 @@ class CifarResNetImpl : public torch::nn::Module {
 
   int64_t inplanes_ = 16;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr};
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
   torch::nn::Linear fc{nullptr};

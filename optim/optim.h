@@ -27,6 +27,7 @@
 
 #include "common/options.h"
 #include "common/registry.h"
+#include "optim/sharding.h"
 
 
 namespace stoker {
@@ -57,7 +58,7 @@ class AmpStepOptimizer {
   virtual void create_state() = 0;
 };
 
-class SGD : public torch::optim::SGD, public AmpStepOptimizer {
+class SGD : public torch::optim::SGD, public AmpStepOptimizer, public ShardableOptimizer {
  public:
   SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
       OptimizerImpl impl);
@@ -67,6 +68,9 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
   void set_lr(double lr) override;
   void create_state() override;
   bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
+  std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
+  int64_t param_steps(const torch::Tensor&) override { return 0; }
+  void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
   // The momentum buffer of `p`, made (zero) on first use, as PyTorch does.
@@ -79,8 +83,11 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
 // layout: AdamW's and LAMB's state, so that both save and load the same checkpoint entries.
 torch::optim::AdamWParamState& adam_moments(
     ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state, const torch::Tensor& p);
+// Sets p's moments (exp_avg, exp_avg_sq) and step count in such a state map (ShardableOptimizer).
+void set_adam_state(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+                    const torch::Tensor& p, const std::vector<torch::Tensor>& tensors, int64_t steps);
 
-class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
+class AdamW : public torch::optim::AdamW, public AmpStepOptimizer, public ShardableOptimizer {
  public:
   AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
         OptimizerImpl impl);
@@ -94,6 +101,9 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   // AdamWParamState::step of each parameter in agreement with them.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+  std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
+  int64_t param_steps(const torch::Tensor& p) override;
+  void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
   OptimizerImpl impl_;
@@ -154,6 +164,9 @@ struct OptimizerType {
                                                          const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl)>
       create;
   LrScaling lr_scaling = LrScaling::kNone;
+  // Whether what `create` makes can be sharded (distributed.shard_optimizer): it implements
+  // ShardableOptimizer (optim/sharding.h) and updates slices of parameters as it would whole ones.
+  bool shardable = false;
 };
 // sgd and adamw; applications may register more.
 Registry<OptimizerType>& optimizer_registry();
@@ -163,6 +176,15 @@ Registry<OptimizerType>& optimizer_registry();
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
                                                         torch::nn::Module& model,
                                                         torch::Device device = torch::kCPU);
+// The same over given parameters, `decay` with weight decay and `no_decay` without (ZeRO-1 builds it
+// over each rank's pieces of the parameters: trainer/sharded_optimizer.h).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        const std::vector<torch::Tensor>& decay,
+                                                        const std::vector<torch::Tensor>& no_decay,
+                                                        torch::Device device);
+// Whether make_optimizer gives `p` weight decay: not to 1-D parameters (norm weights, biases) unless
+// optimizer.decay_norm_and_bias.
+bool decays(const OptimizerOptions& options, const torch::Tensor& p);
 
 // Sets the learning rate of every parameter group of any optimizer.
 // Gives each parameter's optimizer state (SGD's momentum, AdamW's moments) the memory layout of
@@ -174,6 +196,9 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`.
 // Returns the norm before clipping as a float32 device tensor; nothing waits for the host.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// `sum_over_ranks` (ZeRO-1, where each rank holds a piece of the gradients): sums the squared norm
+// over the ranks, in place, so that every rank clips by the norm of all of them.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_ranks = nullptr);
 
 }  // namespace stoker

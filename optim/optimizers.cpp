@@ -29,7 +29,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                 return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
               };
               return grouped<SGD>(options, o.weight_decay, decay, no_decay, impl);
-            }, LrScaling::kLinear});
+            }, LrScaling::kLinear, /*shardable=*/true});
   r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
                                               const auto& no_decay, OptimizerImpl impl) {
                 const auto& k = dynamic_cast<const AdamWKeys&>(own);
@@ -37,7 +37,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                   return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
                 };
                 return grouped<AdamW>(options, o.weight_decay, decay, no_decay, impl);
-              }, LrScaling::kSqrt});
+              }, LrScaling::kSqrt, /*shardable=*/true});
   // One implementation for every optimizer.implementation (optim/lamb.h).
   r.add("lamb", {options_of<LambKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
                                             const auto& no_decay, OptimizerImpl) -> std::unique_ptr<torch::optim::Optimizer> {
@@ -49,7 +49,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                  if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
                  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
                  return std::make_unique<Lamb>(groups, options(o.weight_decay), k);
-               }, LrScaling::kSqrt});
+               }, LrScaling::kSqrt, /*shardable=*/true});
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 
 namespace stoker {
 
-// The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU.
+// The configured model (model.*, data.num_classes) for inputs of `in_channels` channels, on the CPU,
+// its blocks checkpointed as model.activation_checkpointing says.
 torch::nn::AnyModule make_model(const Config& config, int64_t in_channels);
 
 // The loop's options from the plan: epochs, precision, accumulation, clipping, graph, batch size.

@@ -12,6 +12,7 @@
 #include "trainer/cuda_graph_step.h"
 #include "trainer/gpu_idle.h"
 #include "trainer/evaluate.h"
+#include "trainer/sync_batchnorm.h"
 #include "common/log.h"
 
 namespace stoker {
@@ -136,6 +137,12 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   for (const auto& p : module().parameters()) {
     if (p.requires_grad()) params_.push_back(p);
   }
+  sharded_ = dynamic_cast<ShardedOptimizer*>(optimizer_.get());
+  if (sharded_) {
+    STOKER_CHECK(data_parallel_.get() == &sharded_->shards(),
+                 "Trainer: a ShardedOptimizer needs its ShardedDataParallel as TrainerParts::data_parallel");
+    params_ = sharded_->pieces();  // this rank clips and checks the gradients it steps with
+  }
   if (options_.cuda_graph) {
     graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
                              [this](const torch::Tensor& input, const torch::Tensor& target) {
@@ -191,13 +198,21 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
   if (!scaler_->enabled()) watch_->note_gradients(params_);
+  if (sharded_) {  // each rank saw its pieces of the gradients: all agree on skipping or stopping
+    watch_->combine([this](torch::Tensor& flags) { data_parallel_->all_reduce({flags}, distributed::ReduceOp::kMax); });
+  }
   if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
     restore_buffers();
     return;
   }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
-    clip_grad_norm(params_, options_.grad_clip_norm);
+    if (sharded_) {  // the global norm: the squared norms of every rank's pieces summed
+      clip_grad_norm(params_, options_.grad_clip_norm,
+                     [this](torch::Tensor& squared) { data_parallel_->all_reduce({squared}, distributed::ReduceOp::kSum); });
+    } else {
+      clip_grad_norm(params_, options_.grad_clip_norm);
+    }
   }
   scaler_->step(*optimizer_);
   scaler_->update();
@@ -234,8 +249,13 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
 }
 
 void Trainer::finish_optimizer_step() {
-  // A replayed graph overwrites its static gradients; eager steps start from cleared ones.
-  if (!graph_active()) optimizer_->zero_grad();
+  // A replayed graph overwrites its static gradients; eager steps start from cleared ones (ZeRO-1's
+  // in place: they are views into its buckets).
+  if (sharded_) {
+    sharded_->zero_gradients();
+  } else if (!graph_active()) {
+    optimizer_->zero_grad();
+  }
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
@@ -323,7 +343,9 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
 EvalResult Trainer::evaluate() {
   STOKER_CHECK(eval_ != nullptr, "Trainer::evaluate: this Trainer has no evaluation source; hand one to its "
                "constructor (or make_trainer) to evaluate");
-  if (data_parallel_) {
+  if (data_parallel_ && options_.eval_bn == EvalBatchNorm::kReduce) {
+    average_batchnorm_statistics(module(), *data_parallel_);  // distributed.eval_bn: reduce
+  } else if (data_parallel_) {
     // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
     std::vector<torch::Tensor> buffers = module().buffers();
     data_parallel_->broadcast(buffers);
