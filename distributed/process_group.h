@@ -45,7 +45,8 @@ struct ProcessGroupOptions {
   // Benchmarks only (bench/dist_sync_bench.cpp, through TrainRequest::process_group): "overlap" (the Reducer,
   // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
   // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
-  // apart, wrong for training, the compute-only baseline).
+  // apart, wrong for training, the compute-only baseline). ZeRO-1's buckets (sharded_data_parallel)
+  // read it the same way: reduce-scattered as backward fills them, all once it has returned, or not.
   std::string grad_sync = "overlap";
 
 };

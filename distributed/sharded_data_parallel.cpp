@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include <fmt/ranges.h>
@@ -66,7 +67,9 @@ std::vector<std::vector<int64_t>> assign_buckets(const std::vector<torch::Tensor
 class BucketedShards final : public GroupCollectives<ShardedDataParallel> {
  public:
   BucketedShards(PG group, std::vector<torch::Tensor> params, const ProcessGroupOptions& o)
-      : GroupCollectives(std::move(group)), params_(std::move(params)) {
+      : GroupCollectives(std::move(group)), params_(std::move(params)), grad_sync_(o.grad_sync) {
+    STOKER_CHECK(o.grad_sync == "overlap" || o.grad_sync == "after_backward" || o.grad_sync == "none",
+                 "gradient sync '{}' is not overlap, after_backward or none", o.grad_sync);
     torch::NoGradGuard no_grad;
     bucket_of_.resize(params_.size());
     grad_views_.resize(params_.size());
@@ -90,13 +93,18 @@ class BucketedShards final : public GroupCollectives<ShardedDataParallel> {
   void after_backward(bool sync) override {
     if (!sync) return;
     armed_ = false;
-    // Buckets of parameters that got no gradient in this backward are reduced now, still in order.
-    while (next_ < buckets_.size()) launch(next_++);
     torch::NoGradGuard no_grad;
-    for (Bucket& b : buckets_) {
-      guarded("the gradient reduce-scatter", [&] { return b.work->wait(); });
-      b.work.reset();
-      b.reduced.div_(static_cast<double>(world_size()));
+    if (grad_sync_ == "none") {  // the benchmarks' compute-only variant: each rank's own gradients
+      for (Bucket& b : buckets_) b.reduced.copy_(b.grads.narrow(0, rank() * b.chunk, b.chunk));
+    } else {
+      // Buckets of parameters that got no gradient in this backward (and all of them with
+      // grad_sync after_backward) are reduced now, still in order.
+      while (next_ < buckets_.size()) launch(next_++);
+      for (Bucket& b : buckets_) {
+        guarded("the gradient reduce-scatter", [&] { return b.work->wait(); });
+        b.work.reset();
+        b.reduced.div_(static_cast<double>(world_size()));
+      }
     }
     for (size_t k = 0; k < pieces_.size(); ++k) {  // again, after an optimizer.zero_grad() dropped them
       if (!pieces_[k].tensor.grad().defined()) pieces_[k].tensor.mutable_grad() = piece_grads_[k];
@@ -146,7 +154,8 @@ class BucketedShards final : public GroupCollectives<ShardedDataParallel> {
   std::vector<std::pair<size_t, int64_t>> piece_place_;
   std::vector<torch::Tensor> grad_views_, piece_grads_;  // by parameter, by piece  // each piece's bucket and where it starts in its share
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
-  bool armed_ = false;  // a synchronised backward is running
+  std::string grad_sync_;  // ProcessGroupOptions::grad_sync
+  bool armed_ = false;     // a synchronised backward is running
   size_t next_ = 0;     // the next bucket to launch
 };
 
@@ -218,6 +227,7 @@ void BucketedShards::ready(int64_t index) {
   STOKER_CHECK(b.waiting > 0, "distributed.shard_optimizer: a parameter's gradient was accumulated twice in one "
                "backward pass (a parameter used by two separate backward calls?)");
   --b.waiting;
+  if (grad_sync_ != "overlap") return;  // the benchmarks' variants: all after backward, or none
   while (next_ < buckets_.size() && buckets_[next_].waiting == 0) launch(next_++);
 }
 
