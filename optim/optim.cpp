@@ -132,6 +132,7 @@ std::vector<torch::Tensor> SGD::param_state(const torch::Tensor& p) {
     }
   }
   TORCH_CHECK(false, "SGD::param_state: not a parameter of this optimizer");
+  return {};
 }
 
 void SGD::set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t /*steps*/) {

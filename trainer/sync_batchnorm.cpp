@@ -50,7 +50,7 @@ void combined_statistics(const torch::Tensor& x, distributed::Collectives& colle
   const int64_t count = channels > 0 ? x.numel() / channels : 0;
   torch::Tensor mean, var;
   if (count > 0) {
-    std::tie(var, mean) = at::var_mean(x, reduced_dims(x), /*correction=*/0, /*keepdim=*/false);
+    std::tie(var, mean) = at::var_mean(x, reduced_dims(x), /*correction=*/at::Scalar(0), /*keepdim=*/false);
   } else {
     mean = torch::zeros({channels}, x.options());
     var = torch::zeros({channels}, x.options());

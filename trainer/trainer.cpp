@@ -12,7 +12,6 @@
 #include "trainer/cuda_graph_step.h"
 #include "trainer/gpu_idle.h"
 #include "trainer/evaluate.h"
-#include "trainer/sync_batchnorm.h"
 #include "common/log.h"
 
 namespace stoker {
@@ -55,20 +54,6 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
                  "the model before building the Trainer (stoker::prepare_model in trainer/precision.h does it)",
                  item.key(), c10::toString(p.scalar_type()), precision_name(o.precision), c10::toString(dtype));
   }
-}
-
-// The evaluation of all ranks' shards from each rank's: sample-weighted means of the sums.
-EvalResult sum_over_ranks(distributed::DataParallel& dp, const EvalResult& mine) {
-  const auto n = static_cast<double>(mine.samples);
-  std::vector<double> sums = {mine.loss * n, mine.top1 * n, mine.top5 * n, n};
-  dp.sum(sums);
-  EvalResult all;
-  all.samples = static_cast<int64_t>(sums[3]);
-  if (all.samples == 0) return all;
-  all.loss = sums[0] / sums[3];
-  all.top1 = sums[1] / sums[3];
-  all.top5 = sums[2] / sums[3];
-  return all;
 }
 
 // train.cuda_graph: the step captured once and replayed, with the hooks the optimizer and the loss
@@ -336,32 +321,6 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
   const int64_t group_start = batch.index / n * n;
   const int64_t group = std::max<int64_t>(1, std::min(n, train_->num_batches() - group_start));
   return eager_step(batch, group);
-}
-
-// ---- evaluation -----------------------------------------------------------------------------------
-
-EvalResult Trainer::evaluate() {
-  STOKER_CHECK(eval_ != nullptr, "Trainer::evaluate: this Trainer has no evaluation source; hand one to its "
-               "constructor (or make_trainer) to evaluate");
-  if (data_parallel_ && options_.eval_bn == EvalBatchNorm::kReduce) {
-    average_batchnorm_statistics(module(), *data_parallel_);  // distributed.eval_bn: reduce
-  } else if (data_parallel_) {
-    // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
-    std::vector<torch::Tensor> buffers = module().buffers();
-    data_parallel_->broadcast(buffers);
-  }
-  module().eval();
-  EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
-  eval_->take_times();  // evaluation's data times are not the training epoch's
-  module().train();
-  if (data_parallel_) result = sum_over_ranks(*data_parallel_, result);
-  return result;
-}
-
-EvalResult Trainer::evaluate_ema() {
-  STOKER_CHECK(ema_ != nullptr, "evaluate_ema() needs an EMA of the weights; set train.ema_decay");
-  EmaWeightsInModel swap(*ema_, module());
-  return evaluate();
 }
 
 // ---- the loop -------------------------------------------------------------------------------------

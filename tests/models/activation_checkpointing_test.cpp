@@ -131,3 +131,36 @@ TEST(ActivationCheckpointing, AModelWithoutBlocksIsAnErrorNamingTheKey) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// On a GPU: the CUDA generator's state is put back for the recomputation (dropout and drop path draw
+// their masks there) and restored after it.
+TEST(ActivationCheckpointingCuda, TheCudaGeneratorsMasksAndStateAreKept) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(0);
+  const torch::Tensor x = torch::randn({6, 3, 8, 8}).to(gpu);
+  auto on_gpu = [&](const models::BlockSelection& s) {
+    torch::nn::AnyModule m = random_net(s);
+    m.ptr()->to(gpu);
+    torch::manual_seed(11);
+    torch::Tensor input = x.clone().requires_grad_(true);
+    m.forward(input).square().mean().backward();
+    std::vector<torch::Tensor> out;
+    for (const auto& p : m.ptr()->parameters()) out.push_back(p.grad().cpu());
+    out.push_back(input.grad().cpu());
+    out.push_back(at::globalContext().defaultGenerator(gpu).get_state());
+    return out;
+  };
+  models::BlockSelection all;
+  all.all = true;
+  const auto plain = on_gpu({}), recomputed = on_gpu(all);
+  ASSERT_EQ(plain.size(), recomputed.size());
+  for (size_t i = 0; i + 1 < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-6, 1e-6)) << i;
+  EXPECT_TRUE(torch::equal(plain.back(), recomputed.back())) << "the CUDA generator was left elsewhere";
+}
+
+}  // namespace
+}  // namespace stoker

@@ -48,14 +48,15 @@ Data data() {
 }
 
 // Rank `rank` of `world`'s slice of every global batch, in order.
-std::shared_ptr<data::TensorBatches> slices(const Data& d, int64_t rank, int64_t world) {
+std::shared_ptr<data::TensorBatches> slices(const Data& d, int64_t rank, int64_t world,
+                                            torch::Device device = torch::kCPU) {
   const int64_t per = kGlobalBatch / world;
   std::vector<torch::Tensor> x, y;
   for (int64_t b = 0; b < kBatches; ++b) {
     x.push_back(d.inputs.narrow(0, b * kGlobalBatch + rank * per, per));
     y.push_back(d.targets.narrow(0, b * kGlobalBatch + rank * per, per));
   }
-  return std::make_shared<data::TensorBatches>(torch::cat(x), torch::cat(y), per, torch::kCPU, /*shuffle=*/false);
+  return std::make_shared<data::TensorBatches>(torch::cat(x), torch::cat(y), per, device, /*shuffle=*/false);
 }
 
 OptimizerOptions optimizer(const std::string& type) {
@@ -67,8 +68,9 @@ OptimizerOptions optimizer(const std::string& type) {
   return o;
 }
 
-TrainerOptions options(int64_t epochs, int64_t batch) {
+TrainerOptions options(int64_t epochs, int64_t batch, torch::Device device = torch::kCPU) {
   TrainerOptions o;
+  o.device = device;
   o.epochs = epochs;
   o.batch_size = batch;
   o.grad_clip_norm = 0.5;  // active: the gradients' norm is above it at the start
@@ -76,17 +78,17 @@ TrainerOptions options(int64_t epochs, int64_t batch) {
 }
 
 // The Trainer's parts: loss scaling on (fp32: the scaler multiplies and divides by its scale).
-TrainerParts parts(Net model, std::unique_ptr<torch::optim::Optimizer> opt) {
+TrainerParts parts(Net model, std::unique_ptr<torch::optim::Optimizer> opt, torch::Device device = torch::kCPU) {
   TrainerParts p;
   p.model = torch::nn::AnyModule(model);
   p.optimizer = std::move(opt);
-  p.scaler = std::make_unique<GradScaler>(GradScalerOptions().with_init_scale(1024), torch::kCPU);
+  p.scaler = std::make_unique<GradScaler>(GradScalerOptions().with_init_scale(1024), device);
   return p;
 }
 
 std::vector<torch::Tensor> weights(Trainer& t) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : t.module().parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : t.module().parameters()) out.push_back(p.detach().cpu().clone());
   return out;
 }
 
@@ -185,6 +187,43 @@ TEST(ShardedOptimizer, AnOptimizerThatCannotBeShardedIsRefusedNamingTheKeys) {
     EXPECT_CONTAINS(testing::error_of([&] { make_sharded_optimizer(optimizer("test_plain_sgd"), model.ptr(), shards, torch::kCPU); }),
                     "distributed.shard_optimizer: optimizer.type test_plain_sgd cannot be sharded");
   });
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// On a GPU, NCCL: ZeRO-1's buckets (reduce-scatter, all-gather) and the fused AdamW kernel on the pieces
+// against the plain fused optimizer: a group of one on one GPU, two ranks with two GPUs.
+TEST(ShardedOptimizerGpu, NcclBucketsAndFusedKernelsMatchThePlainOptimizer) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  OptimizerOptions adamw = optimizer("adamw");
+  adamw.implementation = "fused";
+  const Data d = data();
+  Net reference_model = net();
+  reference_model->to(gpu);
+  Trainer reference(options(1, kGlobalBatch, gpu), parts(reference_model, make_optimizer(adamw, *reference_model, gpu), gpu),
+                    slices(d, 0, 1, gpu));
+  reference.fit();
+  const std::vector<torch::Tensor> want = weights(reference);
+  const int world = torch::cuda::device_count() >= 2 ? 2 : 1;
+  const std::vector<Net> models = nets(world);
+  const auto device_of = [](int r) { return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r)); };
+  testing::run_ranks(world, [&](distributed::ProcessGroup& group) {
+    EXPECT_EQ(group.backend(), "nccl");
+    const torch::Device mine = device_of(static_cast<int>(group.rank()));
+    Net model = models[static_cast<size_t>(group.rank())];
+    model->to(mine);
+    auto shards = group.sharded_data_parallel(*model);
+    TrainerParts q = parts(model, make_sharded_optimizer(adamw, model.ptr(), shards, mine), mine);
+    q.data_parallel = shards;
+    Trainer trainer(options(1, kGlobalBatch / world, mine), std::move(q), slices(d, group.rank(), world, mine));
+    trainer.fit();
+    EXPECT_LT(max_difference(weights(trainer), want), 1e-5) << "rank " << group.rank();
+  }, device_of);
 }
 
 }  // namespace

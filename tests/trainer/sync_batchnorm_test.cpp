@@ -119,3 +119,51 @@ TEST(SyncBatchNorm, EvalBnReduceAveragesTheRunningStatistics) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// On a GPU, NCCL: the synchronised path itself (sync_batch_norm, which a group of one does not skip) on
+// CUDA tensors against torch's BatchNorm; with two GPUs, two NCCL ranks against the whole batch.
+TEST(SyncBatchNormGpu, TheNcclPathIsBatchNormOnCudaTensors) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(3);
+  const torch::Tensor x = (torch::randn({8, 4, 6, 6}) * 2 + 1).to(gpu);
+  testing::run_ranks(1, [&](distributed::ProcessGroup& group) {
+    EXPECT_EQ(group.backend(), "nccl");
+    models::BatchNorm2d synced(4), plain(4);
+    synced->to(gpu);
+    plain->to(gpu);
+    torch::Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
+    torch::Tensor ya = sync_batch_norm(*synced, a, *group.collectives());
+    torch::Tensor yb = plain->forward(b);
+    (ya * ya).sum().backward();
+    (yb * yb).sum().backward();
+    EXPECT_TRUE(torch::allclose(ya, yb, 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(a.grad(), b.grad(), 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(synced->weight.grad(), plain->weight.grad(), 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(synced->running_var, plain->running_var, 1e-5, 1e-6));
+  }, [&](int) { return gpu; });
+}
+
+TEST(SyncBatchNormGpu, TwoNcclRanksAreBatchNormOverBothBatches) {
+  STOKER_NEEDS_CUDA();
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (NCCL: one per rank)";
+  torch::manual_seed(7);
+  const torch::Tensor x = torch::randn({8, 3, 5, 4});
+  models::BatchNorm2d whole(3);
+  const torch::Tensor want = whole->forward(x);
+  testing::run_ranks(2, [&](distributed::ProcessGroup& group) {
+    const torch::Device gpu(torch::kCUDA, static_cast<c10::DeviceIndex>(group.rank()));
+    models::BatchNorm2d bn(3);
+    bn->to(gpu);
+    convert_sync_batchnorm(*bn, group.collectives());
+    const torch::Tensor y = bn->forward(x.narrow(0, group.rank() * 4, 4).to(gpu)).cpu();
+    EXPECT_TRUE(torch::allclose(y, want.narrow(0, group.rank() * 4, 4), 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(bn->running_mean.cpu(), whole->running_mean, 1e-5, 1e-6));
+  }, [](int r) { return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r)); });
+}
+
+}  // namespace
+}  // namespace stoker
