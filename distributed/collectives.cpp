@@ -45,12 +45,12 @@ void all_reduce(const PG& group, std::vector<torch::Tensor> tensors, ReduceOp op
 
 torch::Tensor all_gather(const PG& group, const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
-  at::Tensor in = input.contiguous();
+  at::Tensor in = input.contiguous().reshape(-1);
+  at::Tensor out = torch::empty({group->getSize() * in.numel()}, in.options());  // flat: Gloo cuts it in rank order
+  guarded("an all-gather", [&] { return group->_allgather_base(out, in)->wait(); });
   std::vector<int64_t> shape = {group->getSize()};
   for (int64_t s : input.sizes()) shape.push_back(s);
-  at::Tensor out = torch::empty(shape, in.options());
-  guarded("an all-gather", [&] { return group->_allgather_base(out, in)->wait(); });
-  return out;
+  return out.view(shape);
 }
 
 void broadcast(const PG& group, std::vector<torch::Tensor> tensors) {

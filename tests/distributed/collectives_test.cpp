@@ -48,6 +48,15 @@ struct Net : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
+// Buckets of 64 and 256 bytes: parameters in several buckets, each cut between the ranks.
+distributed::ProcessGroupOptions small_buckets() {
+  distributed::ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(60);
+  o.first_bucket_bytes = 64;
+  o.bucket_bytes = 256;
+  return o;
+}
+
 // The gradients one process gets for the whole batch (mean loss), parameter by parameter.
 std::vector<torch::Tensor> whole_batch_gradients(Net& net, const torch::Tensor& x) {
   net.zero_grad();
@@ -115,7 +124,7 @@ TEST(ShardedDataParallel, PiecesHoldTheMeanGradientAndGatherBackIntoTheParameter
       EXPECT_TRUE(torch::equal(whole[i], params[i] * 2)) << "parameter " << i;
       EXPECT_EQ(whole[i].strides(), params[i].strides());
     }
-  }, nullptr);
+  }, nullptr, small_buckets());
 }
 
 TEST(ShardedDataParallel, GradientsSetToNoneAreViewsIntoTheBucketsAgainAtTheNextBackward) {

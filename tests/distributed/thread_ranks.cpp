@@ -11,7 +11,12 @@
 namespace stoker::testing {
 
 void run_ranks(int world, const std::function<void(distributed::ProcessGroup& group)>& rank_body,
-               const std::function<torch::Device(int rank)>& device) {
+               const std::function<torch::Device(int rank)>& device,
+               std::optional<distributed::ProcessGroupOptions> options) {
+  if (!options) {
+    options.emplace();
+    options->timeout = std::chrono::seconds(60);
+  }
   const int port = free_port();
   std::mutex mutex;
   std::exception_ptr first;
@@ -24,9 +29,7 @@ void run_ranks(int world, const std::function<void(distributed::ProcessGroup& gr
         launch.rank = r;
         launch.world_size = world;
         launch.master_port = port;
-        distributed::ProcessGroupOptions options;
-        options.timeout = std::chrono::seconds(60);
-        auto group = distributed::ProcessGroup::join(launch, device ? device(r) : torch::Device(torch::kCPU), options);
+        auto group = distributed::ProcessGroup::join(launch, device ? device(r) : torch::Device(torch::kCPU), *options);
         rank_body(*group);
         group->barrier();  // no rank's group goes while another still talks to it
       } catch (...) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include <torch/types.h>
 
@@ -13,8 +14,10 @@
 namespace stoker::testing {
 
 // Runs `rank_body(group)` on `world` threads, rank r's group joined on `device(r)` (the CPU: Gloo;
-// cuda:r: NCCL); waits for all and rethrows the first exception a rank threw.
+// cuda:r: NCCL) with `options` (a timeout of a minute unless given); waits for all and rethrows the
+// first exception a rank threw.
 void run_ranks(int world, const std::function<void(distributed::ProcessGroup& group)>& rank_body,
-               const std::function<torch::Device(int rank)>& device = nullptr);
+               const std::function<torch::Device(int rank)>& device = nullptr,
+               std::optional<distributed::ProcessGroupOptions> options = std::nullopt);
 
 }  // namespace stoker::testing
