@@ -8,6 +8,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "models/blocks.h"
+#include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"
 #include "models/registry.h"
 #include "models/resnet.h"
