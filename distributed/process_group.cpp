@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "distributed/group_detail.h"
 
 namespace stoker::distributed {
 
@@ -41,20 +42,8 @@ bool lost_connection(const std::string& message) {
 namespace {
 
 using BackendType = c10d::ProcessGroup::BackendType;
-using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
-
-// Runs `f`, turning c10d's and gloo's errors into a stoker::Error that says what was being done.
-template <typename F>
-auto guarded(const std::string& what, F f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    const std::string message = e.what();
-    const std::string first = message.substr(0, message.find('\n'));
-    STOKER_FAIL("distributed training: {} failed ({}){}", what, first,
-                lost_connection(first) ? "; another rank has probably stopped or died first: its output says why" : "");
-  }
-}
+using detail::guarded;
+using detail::PG;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -117,11 +106,11 @@ PG make_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchInfo& la
 }
 
 // distributed::DataParallel over a c10d::Reducer.
-class ReducerDataParallel final : public DataParallel {
+class ReducerDataParallel final : public detail::GroupCollectives<DataParallel> {
  public:
   ReducerDataParallel(PG group, torch::Device device, std::vector<torch::Tensor> params,
                       std::unordered_map<size_t, std::string> names, const ProcessGroupOptions& o)
-      : group_(std::move(group)), device_(device), params_(params) {
+      : GroupCollectives(std::move(group)), device_(device), params_(params) {
     STOKER_CHECK(o.grad_sync == "overlap" || o.grad_sync == "after_backward" || o.grad_sync == "none",
                  "gradient sync '{}' is not overlap, after_backward or none", o.grad_sync);
     sync_after_backward_ = o.grad_sync == "after_backward";
@@ -140,9 +129,6 @@ class ReducerDataParallel final : public DataParallel {
                                                /*use_python_reducer=*/false,
                                                /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
   }
-
-  int64_t rank() const override { return group_->getRank(); }
-  int64_t world_size() const override { return group_->getSize(); }
 
   void before_backward(bool sync) override {
     if (!sync || !reducer_) return;  // no prepare_for_backward: the Reducer's hooks leave the gradients local
@@ -178,17 +164,8 @@ class ReducerDataParallel final : public DataParallel {
     for (size_t i = 0; i < values.size(); ++i) values[i] = host[static_cast<int64_t>(i)].item<double>();
   }
 
-  void broadcast(std::vector<torch::Tensor> tensors) override {
-    if (tensors.empty()) return;
-    torch::NoGradGuard no_grad;
-    guarded("broadcasting from rank 0", [&] {
-      c10d::broadcast_coalesced(group_, tensors, /*buffer_size=*/256u << 20, /*rank=*/0);
-      return 0;
-    });
-  }
 
  private:
-  PG group_;
   torch::Device device_;
   bool sync_after_backward_ = false;  // grad_sync "after_backward"
   std::vector<torch::Tensor> params_;
@@ -349,6 +326,22 @@ std::shared_ptr<DataParallel> ProcessGroup::data_parallel(torch::nn::Module& mod
                                                   impl_->options);
   dp->broadcast(everything);  // every rank starts from rank 0's weights and buffers
   return dp;
+}
+
+std::shared_ptr<ShardedDataParallel> ProcessGroup::sharded_data_parallel(torch::nn::Module& model) {
+  std::vector<torch::Tensor> params, everything;
+  for (const auto& p : model.parameters()) {
+    everything.push_back(p);
+    if (p.requires_grad()) params.push_back(p);
+  }
+  for (const auto& b : model.buffers()) everything.push_back(b);
+  STOKER_CHECK(!params.empty(), "distributed training: the model has no trainable parameters");
+  detail::broadcast(impl_->group, everything);  // every rank starts from rank 0's weights and buffers
+  return detail::make_sharded(impl_->group, impl_->device, std::move(params), impl_->options);
+}
+
+std::shared_ptr<Collectives> ProcessGroup::collectives() {
+  return std::make_shared<detail::GroupCollectives<Collectives>>(impl_->group);
 }
 
 std::optional<std::string> ProcessGroup::lost_peer() const {

@@ -6,6 +6,8 @@
 //   const distributed::LaunchInfo launch = distributed::launch_info_from_environment();
 //   auto group = distributed::ProcessGroup::join(launch, device);
 //   std::shared_ptr<distributed::DataParallel> dp = group->data_parallel(model);  // rank 0's weights everywhere
+//   // or ZeRO-1: gradients reduce-scattered, each rank's optimizer updates its pieces only
+//   std::shared_ptr<distributed::ShardedDataParallel> zero = group->sharded_data_parallel(model);
 #pragma once
 
 #include <chrono>
@@ -43,7 +45,8 @@ struct ProcessGroupOptions {
   // Benchmarks only (bench/dist_sync_bench.cpp, through TrainRequest::process_group): "overlap" (the Reducer,
   // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
   // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
-  // apart, wrong for training, the compute-only baseline).
+  // apart, wrong for training, the compute-only baseline). ZeRO-1's buckets (sharded_data_parallel)
+  // read it the same way: reduce-scattered as backward fills them, all once it has returned, or not.
   std::string grad_sync = "overlap";
 
 };
@@ -86,6 +89,12 @@ class ProcessGroup {
   // parameters (buckets in reverse order of definition, all-reduced as backward fills them).
   // The model must stay alive and keep its parameters while the result is in use.
   std::shared_ptr<DataParallel> data_parallel(torch::nn::Module& model);
+  // ZeRO-1 data parallelism over `model` (distributed/data_parallel.h ShardedDataParallel): rank 0's
+  // weights and buffers broadcast here, then the trainable parameters (and their gradients) moved into
+  // flat buckets, each rank owning 1/N of every bucket. The model must stay alive while it is in use.
+  std::shared_ptr<ShardedDataParallel> sharded_data_parallel(torch::nn::Module& model);
+  // The tensor collectives over the group (SyncBatchNorm's statistics, say).
+  std::shared_ptr<Collectives> collectives();
 
   // Waits until every rank got here.
   void barrier();

@@ -21,7 +21,7 @@ CifarResNetImpl::CifarResNetImpl(int64_t depth, int64_t num_classes, int64_t in_
   const int64_t n = (depth - 2) / 6;
   conv1 = register_module(
       "conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 16, 3).stride(1).padding(1).bias(false)));
-  bn1 = register_module("bn1", nn::BatchNorm2d(16));
+  bn1 = register_module("bn1", BatchNorm2d(16));
   layer1 = register_module("layer1", make_stage(16, n, 1));
   layer2 = register_module("layer2", make_stage(32, n, 2));
   layer3 = register_module("layer3", make_stage(64, n, 2));

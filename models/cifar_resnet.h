@@ -31,6 +31,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include "models/batch_norm.h"
+
 namespace stoker::models {
 
 class OnnxExport;  // models/onnx_export.h
@@ -46,7 +48,7 @@ class CifarResNetImpl : public torch::nn::Module {
 
   int64_t inplanes_ = 16;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr};
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
   torch::nn::Linear fc{nullptr};

@@ -41,7 +41,7 @@ CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const Mod
   spec.check();
   nn::Sequential body;
   body->push_back("stem_conv", conv3x3(shape.in_channels, spec.widths[0], 1));
-  body->push_back("stem_bn", nn::BatchNorm2d(spec.widths[0]));
+  body->push_back("stem_bn", BatchNorm2d(spec.widths[0]));
   body->push_back("stem_relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
   int64_t channels = spec.widths[0];
   for (size_t stage = 0; stage < spec.widths.size(); ++stage) {

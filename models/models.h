@@ -1,9 +1,12 @@
 // Everything in models/, for users who want it all: the registry and Stoker's networks, their
-// residual blocks, FLOP counting, state-dict exchange with Python (torch.save, safetensors),
-// pretrained weights, layer groups, TorchScript and ONNX export and scripted networks.
+// residual blocks, their batch norm (models::BatchNorm2d) and activation checkpointing, FLOP
+// counting, state-dict exchange with Python (torch.save, safetensors), pretrained weights, layer
+// groups, TorchScript and ONNX export and scripted networks.
 // (tests/layering_test.py checks that it names every header of models/ but *_detail.h.)
 #pragma once
 
+#include "models/activation_checkpointing.h"
+#include "models/batch_norm.h"
 #include "models/blocks.h"
 #include "models/cifar_resnet.h"
 #include "models/compact_resnet.h"

@@ -39,7 +39,7 @@ ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t n
                in_channels);
   conv1 = register_module(
       "conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)));
-  bn1 = register_module("bn1", nn::BatchNorm2d(64));
+  bn1 = register_module("bn1", BatchNorm2d(64));
   maxpool = register_module("maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   layer1 = register_module("layer1", make_layer(block, 64, layers[0], 1));
   layer2 = register_module("layer2", make_layer(block, 128, layers[1], 2));

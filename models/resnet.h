@@ -20,6 +20,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include "models/batch_norm.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,7 +65,7 @@ class ResNetImpl : public torch::nn::Module {
 
   int64_t inplanes_ = 64;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::MaxPool2d maxpool{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};

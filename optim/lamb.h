@@ -9,6 +9,8 @@
 // The state is AdamW's (exp_avg, exp_avg_sq, step per parameter), saved in the same checkpoint format.
 // One implementation for every optimizer.implementation: per-parameter ops, with the step counts and
 // the loss scaler's inf flag read on the host, so a step cannot be captured in a CUDA graph.
+// Sharded (ZeRO-1, set_shards): the norms of the gradients, of each parameter and of its update are
+// totalled over the pieces on every rank (two small sums over the ranks per step) before they are used.
 #pragma once
 
 #include <optional>
@@ -31,7 +33,7 @@ struct LambKeys : TypeOptionsOf<LambKeys> {
   void visit(OptionsVisitor& v) override;
 };
 
-class Lamb : public torch::optim::AdamW, public AmpStepOptimizer {
+class Lamb : public torch::optim::AdamW, public AmpStepOptimizer, public ShardableOptimizer {
  public:
   Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
        const LambKeys& keys);
@@ -41,14 +43,27 @@ class Lamb : public torch::optim::AdamW, public AmpStepOptimizer {
   void set_lr(double lr) override;
   void create_state() override;
   bool capturable() const override { return false; }
+  std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
+  int64_t param_steps(const torch::Tensor& p) override { return state_for(p).step(); }
+  void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
+  void set_shards(ParameterShards shards) override { shards_ = std::move(shards); }
 
  private:
   torch::optim::AdamWParamState& state_for(const torch::Tensor& p);
   // What every gradient is divided by: the loss scale times the global clipping factor (undefined: 1).
   torch::Tensor gradient_divisor(const std::optional<torch::Tensor>& grad_scale) const;
-  void step_parameter(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o);
+  // The Adam direction plus weight decay for `p` (its moments and step count advanced).
+  torch::Tensor update_of(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o);
+  // Whether `p`'s update is scaled by the trust ratio.
+  bool adapts(const torch::optim::AdamWOptions& o) const { return o.weight_decay() != 0 || always_adapt_; }
+  // p -= lr * update * |p| / |update| (the trust ratio, from the norms given).
+  void apply(const torch::Tensor& p, torch::Tensor update, const torch::Tensor& w_norm, const torch::Tensor& u_norm,
+             bool adapt, double lr) const;
+  // set_shards: the trust ratios from the norms of whole parameters, totalled over every rank's pieces.
+  void sharded_step(const torch::Tensor& divisor);
   double max_grad_norm_;
   bool trust_clip_, always_adapt_;
+  std::optional<ParameterShards> shards_;
 };
 
 }  // namespace stoker

@@ -136,6 +136,24 @@ void SGD::create_state() {
   }
 }
 
+std::vector<torch::Tensor> SGD::param_state(const torch::Tensor& p) {
+  for (const auto& group : param_groups()) {
+    for (const auto& q : group.params()) {
+      if (!q.is_same(p)) continue;
+      if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) return {};
+      return {momentum_of(p)};
+    }
+  }
+  TORCH_CHECK(false, "SGD::param_state: not a parameter of this optimizer");
+  return {};
+}
+
+void SGD::set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t /*steps*/) {
+  if (state.empty()) return;
+  torch::NoGradGuard no_grad;
+  momentum_of(p).copy_(state.at(0));
+}
+
 torch::Tensor SGD::step(LossClosure closure) {
   return closure_step<torch::optim::SGD>(*this, impl_, std::move(closure));
 }
@@ -260,6 +278,16 @@ torch::optim::AdamWParamState& adam_moments(
   return static_cast<torch::optim::AdamWParamState&>(*slot);
 }
 
+void set_adam_state(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+                    const torch::Tensor& p, const std::vector<torch::Tensor>& tensors, int64_t steps) {
+  TORCH_CHECK(tensors.size() == 2, "set_adam_state: expected exp_avg and exp_avg_sq");
+  torch::NoGradGuard no_grad;
+  auto& s = adam_moments(state, p);
+  s.exp_avg().copy_(tensors[0]);
+  s.exp_avg_sq().copy_(tensors[1]);
+  s.step(steps);
+}
+
 void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
                      std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps) {
   for (const auto& p : params) {
@@ -273,6 +301,23 @@ void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch
     }
     steps.push_back(step);
   }
+}
+
+std::vector<torch::Tensor> AdamW::param_state(const torch::Tensor& p) {
+  auto& s = adam_moments(state_, p);
+  return {s.exp_avg(), s.exp_avg_sq()};
+}
+
+int64_t AdamW::param_steps(const torch::Tensor& p) {
+  const auto found = steps_.find(p.unsafeGetTensorImpl());
+  if (found != steps_.end()) return static_cast<int64_t>(std::llround(found->second.item<double>()));
+  return adam_moments(state_, p).step();
+}
+
+void AdamW::set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) {
+  set_adam_state(state_, p, state, steps);
+  steps_.erase(p.unsafeGetTensorImpl());  // made again from the state's step at p's next step
+  host_steps_.erase(p.unsafeGetTensorImpl());
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
@@ -417,16 +462,28 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_ranks) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (grads.empty()) return torch::zeros({}, torch::kFloat32);
-  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-  for (auto& n : norms) n = n.to(torch::kFloat32);
-  const torch::Tensor total = at::linalg_vector_norm(torch::stack(norms), 2);
+  if (grads.empty() && !sum_over_ranks) return torch::zeros({}, torch::kFloat32);
+  torch::Tensor total;
+  if (grads.empty()) {
+    total = torch::zeros({}, torch::kFloat32);
+  } else {
+    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+    for (auto& n : norms) n = n.to(torch::kFloat32);
+    total = at::linalg_vector_norm(torch::stack(norms), 2);
+  }
+  if (sum_over_ranks) {
+    torch::Tensor squared = total * total;
+    sum_over_ranks(squared);
+    total = squared.sqrt();
+  }
+  if (grads.empty()) return total;
   const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   // Group by dtype: _foreach_mul_ with a tensor scalar needs one dtype per call.
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;

@@ -27,6 +27,7 @@
 
 #include "common/options.h"
 #include "common/registry.h"
+#include "optim/sharding.h"
 
 
 namespace stoker {
@@ -65,7 +66,7 @@ class AmpStepOptimizer {
   std::vector<double> lr_scales_;
 };
 
-class SGD : public torch::optim::SGD, public AmpStepOptimizer {
+class SGD : public torch::optim::SGD, public AmpStepOptimizer, public ShardableOptimizer {
  public:
   SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
       OptimizerImpl impl);
@@ -75,6 +76,9 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
   void set_lr(double lr) override;
   void create_state() override;
   bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
+  std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
+  int64_t param_steps(const torch::Tensor&) override { return 0; }
+  void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
   // The momentum buffer of `p`, made (zero) on first use, as PyTorch does.
@@ -87,8 +91,11 @@ class SGD : public torch::optim::SGD, public AmpStepOptimizer {
 // layout: AdamW's and LAMB's state, so that both save and load the same checkpoint entries.
 torch::optim::AdamWParamState& adam_moments(
     ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state, const torch::Tensor& p);
+// Sets p's moments (exp_avg, exp_avg_sq) and step count in such a state map (ShardableOptimizer).
+void set_adam_state(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+                    const torch::Tensor& p, const std::vector<torch::Tensor>& tensors, int64_t steps);
 
-class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
+class AdamW : public torch::optim::AdamW, public AmpStepOptimizer, public ShardableOptimizer {
  public:
   AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
         OptimizerImpl impl);
@@ -102,6 +109,9 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer {
   // AdamWParamState::step of each parameter in agreement with them.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+  std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
+  int64_t param_steps(const torch::Tensor& p) override;
+  void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
   OptimizerImpl impl_;
@@ -198,6 +208,9 @@ struct OptimizerType {
                                                          const std::vector<ParamGroupSpec>& groups, OptimizerImpl impl)>
       create;
   LrScaling lr_scaling = LrScaling::kNone;
+  // Whether what `create` makes can be sharded (distributed.shard_optimizer): it implements
+  // ShardableOptimizer (optim/sharding.h) and updates slices of parameters as it would whole ones.
+  bool shardable = false;
 };
 // sgd and adamw; applications may register more.
 Registry<OptimizerType>& optimizer_registry();
@@ -225,6 +238,9 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`.
 // Returns the norm before clipping as a float32 device tensor; nothing waits for the host.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// `sum_over_ranks` (ZeRO-1, where each rank holds a piece of the gradients): sums the squared norm
+// over the ranks, in place, so that every rank clips by the norm of all of them.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_ranks = nullptr);
 
 }  // namespace stoker

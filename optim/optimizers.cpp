@@ -31,7 +31,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                 return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
               };
               return grouped<SGD>(options, o.lr, groups, impl);
-            }, LrScaling::kLinear});
+            }, LrScaling::kLinear, /*shardable=*/true});
   r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& groups,
                                               OptimizerImpl impl) {
                 const auto& k = dynamic_cast<const AdamWKeys&>(own);
@@ -39,7 +39,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                   return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
                 };
                 return grouped<AdamW>(options, o.lr, groups, impl);
-              }, LrScaling::kSqrt});
+              }, LrScaling::kSqrt, /*shardable=*/true});
   // One implementation for every optimizer.implementation (optim/lamb.h).
   r.add("lamb", {options_of<LambKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& specs,
                                             OptimizerImpl) -> std::unique_ptr<torch::optim::Optimizer> {
@@ -53,7 +53,7 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
                                                         options(spec.weight_decay).lr(o.lr * spec.lr_scale)));
                  }
                  return std::make_unique<Lamb>(groups, options(o.weight_decay), k);
-               }, LrScaling::kSqrt});
+               }, LrScaling::kSqrt, /*shardable=*/true});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "recipe/parts.h"
 
+#include "common/error.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "recipe/param_groups.h"
@@ -12,7 +13,13 @@ models::ModelShape model_shape(const Config& config, const data::InputShape& inp
 }
 
 torch::nn::AnyModule make_model(const Config& config, const data::InputShape& input) {
-  return models::create_model(config.model, model_shape(config, input));
+  torch::nn::AnyModule model = models::create_model(config.model, model_shape(config, input));
+  try {
+    models::apply_activation_checkpointing(*model.ptr(), config.activation_checkpointing, config.model.type());
+  } catch (const Error& e) {
+    STOKER_FAIL("model.{}", e.what());  // the config's key
+  }
+  return model;
 }
 
 TrainerOptions trainer_options(const RunPlan& plan) {
@@ -28,6 +35,7 @@ TrainerOptions trainer_options(const RunPlan& plan) {
   // Data parallel: on the CPU a stop is agreed every step (a few microseconds of Gloo); on CUDA at the
   // logging interval, where the host waits for the device anyway.
   o.stop_check_every = plan.device.is_cuda() ? config.train.log_every_steps : 1;
+  o.eval_bn = config.distributed.eval_bn == "reduce" ? EvalBatchNorm::kReduce : EvalBatchNorm::kBroadcast;
   o.nonfinite = NonfiniteOptions()
                     .set_on_nonfinite(config.train.on_nonfinite)
                     .set_max_skips(config.train.max_nonfinite_skips)

@@ -19,7 +19,8 @@ namespace stoker {
 // vary or are unknown), data.num_classes classes.
 models::ModelShape model_shape(const Config& config, const data::InputShape& input);
 
-// The configured model (model.*) for model_shape(config, input), on the CPU.
+// The configured model (model.*) for model_shape(config, input), on the CPU, its blocks checkpointed
+// as model.activation_checkpointing says.
 torch::nn::AnyModule make_model(const Config& config, const data::InputShape& input);
 
 // The loop's options from the plan: epochs, precision, accumulation, clipping, graph, batch size.

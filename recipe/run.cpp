@@ -282,6 +282,9 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Ru
     check_stop_requested("counting the model's FLOPs (logging.flops)");
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
+  } else if (config.distributed.shard_optimizer && trainer.data_parallel() != nullptr) {
+    // Each checkpoint gathers the sharded optimizer state on rank 0: this rank takes part, writing nothing.
+    trainer.add_callback(std::make_shared<CheckpointCallback>(fs::path(), config.checkpoint));
   }
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));

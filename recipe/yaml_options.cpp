@@ -257,6 +257,23 @@ void YamlReader::field(const char* key, std::vector<std::string>& value, const R
 void YamlReader::field(const char* key, StringPairs& value, const Rule& rule) { read_field(key, value, rule); }
 void YamlReader::field(const char* key, uint64_t& value, const Rule& rule) { read_field(key, value, rule); }
 
+void YamlReader::all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule) {
+  Frame& frame = top();
+  frame.keys.insert(key);
+  const YAML::Node node = child(frame.node, key);
+  if (!node.IsDefined()) return;
+  const std::string path = join(frame.prefix, key);
+  bool flag = false;
+  if (node.IsScalar() && YAML::convert<bool>::decode(node, flag)) {
+    all = flag;
+    list.clear();
+    return;
+  }
+  if (!node.IsSequence()) fail_expected(node, path, rule.expected);
+  read_list(node, path, list, rules::at_least(0));
+  all = false;
+}
+
 // Visits the chosen type's options in the current frame, then its cross-key checks; a part's error
 // gets the key path and line of the mapping it came from.
 void YamlReader::visit_type(TypedOptions& value, const std::string& path, const YAML::Node& at) {
@@ -406,6 +423,14 @@ void YamlWriter::field(const char* key, StringPairs& value, const Rule&) {
   out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
   for (const auto& [from, to] : value) out_ << YAML::Key << YAML::DoubleQuoted << from << YAML::Value << YAML::DoubleQuoted << to;
   out_ << YAML::EndMap;
+}
+
+void YamlWriter::all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule) {
+  if (all || list.empty()) {
+    field(key, all, rule);
+    return;
+  }
+  field(key, list, rule);
 }
 
 void YamlWriter::section(const char* key, const std::function<void()>& body) {

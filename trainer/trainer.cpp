@@ -56,20 +56,6 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
   }
 }
 
-// The evaluation of all ranks' shards from each rank's: sample-weighted means of the sums.
-EvalResult sum_over_ranks(distributed::DataParallel& dp, const EvalResult& mine) {
-  const auto n = static_cast<double>(mine.samples);
-  std::vector<double> sums = {mine.loss * n, mine.top1 * n, mine.top5 * n, n};
-  dp.sum(sums);
-  EvalResult all;
-  all.samples = static_cast<int64_t>(sums[3]);
-  if (all.samples == 0) return all;
-  all.loss = sums[0] / sums[3];
-  all.top1 = sums[1] / sums[3];
-  all.top5 = sums[2] / sums[3];
-  return all;
-}
-
 // train.cuda_graph: the step captured once and replayed, with the hooks the optimizer and the loss
 // scaler need; disabled (saying why) when the configuration cannot be captured.
 std::unique_ptr<CudaGraphStep> make_graph_step(const TrainerOptions& options, torch::optim::Optimizer& optimizer,
@@ -137,6 +123,12 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
     for (const auto& p : group.params()) {
       if (p.requires_grad()) params_.push_back(p);
     }
+  }
+  sharded_ = dynamic_cast<ShardedOptimizer*>(optimizer_.get());
+  if (sharded_) {
+    STOKER_CHECK(data_parallel_.get() == &sharded_->shards(),
+                 "Trainer: a ShardedOptimizer needs its ShardedDataParallel as TrainerParts::data_parallel");
+    params_ = sharded_->pieces();  // this rank clips and checks the gradients it steps with
   }
   if (options_.cuda_graph) {
     graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
@@ -214,13 +206,21 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
   if (!scaler_->enabled()) watch_->note_gradients(params_);
+  if (sharded_) {  // each rank saw its pieces of the gradients: all agree on skipping or stopping
+    watch_->combine([this](torch::Tensor& flags) { data_parallel_->all_reduce({flags}, distributed::ReduceOp::kMax); });
+  }
   if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
     restore_buffers();
     return;
   }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
-    clip_grad_norm(params_, options_.grad_clip_norm);
+    if (sharded_) {  // the global norm: the squared norms of every rank's pieces summed
+      clip_grad_norm(params_, options_.grad_clip_norm,
+                     [this](torch::Tensor& squared) { data_parallel_->all_reduce({squared}, distributed::ReduceOp::kSum); });
+    } else {
+      clip_grad_norm(params_, options_.grad_clip_norm);
+    }
   }
   scaler_->step(*optimizer_);
   scaler_->update();
@@ -257,8 +257,13 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
 }
 
 void Trainer::finish_optimizer_step() {
-  // A replayed graph overwrites its static gradients; eager steps start from cleared ones.
-  if (!graph_active()) optimizer_->zero_grad();
+  // A replayed graph overwrites its static gradients; eager steps start from cleared ones (ZeRO-1's
+  // in place: they are views into its buckets).
+  if (sharded_) {
+    sharded_->zero_gradients();
+  } else if (!graph_active()) {
+    optimizer_->zero_grad();
+  }
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
@@ -339,30 +344,6 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
   const int64_t group_start = batch.index / n * n;
   const int64_t group = std::max<int64_t>(1, std::min(n, train_->num_batches() - group_start));
   return eager_step(batch, group);
-}
-
-// ---- evaluation -----------------------------------------------------------------------------------
-
-EvalResult Trainer::evaluate() {
-  STOKER_CHECK(eval_ != nullptr, "Trainer::evaluate: this Trainer has no evaluation source; hand one to its "
-               "constructor (or make_trainer) to evaluate");
-  if (data_parallel_) {
-    // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
-    std::vector<torch::Tensor> buffers = module().buffers();
-    data_parallel_->broadcast(buffers);
-  }
-  module().eval();
-  EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
-  eval_->take_times();  // evaluation's data times are not the training epoch's
-  train_mode();
-  if (data_parallel_) result = sum_over_ranks(*data_parallel_, result);
-  return result;
-}
-
-EvalResult Trainer::evaluate_ema() {
-  STOKER_CHECK(ema_ != nullptr, "evaluate_ema() needs an EMA of the weights; set train.ema_decay");
-  EmaWeightsInModel swap(*ema_, module());
-  return evaluate();
 }
 
 // ---- the loop -------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@
 #include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
+#include "trainer/sharded_optimizer.h"
 
 namespace stoker {
 
@@ -67,6 +68,10 @@ struct FitResult {
   double seconds = 0;
 };
 
+// distributed.eval_bn: how the ranks' BatchNorm running statistics are made the same before an
+// evaluation: rank 0's everywhere (broadcast), or their mean over the ranks (reduce; timm's --dist-bn).
+enum class EvalBatchNorm { kBroadcast, kReduce };
+
 // What the loop itself needs to know; everything else comes with the parts.
 struct TrainerOptions {
   int64_t epochs = 10;
@@ -81,6 +86,7 @@ struct TrainerOptions {
   // Data parallel: how often (in optimizer steps) the ranks agree on stop requests (a signal on any
   // rank stops all at the same step); each check is a small all-reduce that waits for the step.
   int64_t stop_check_every = 1;
+  EvalBatchNorm eval_bn = EvalBatchNorm::kBroadcast;  // data parallel: before each evaluation
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
@@ -101,7 +107,9 @@ struct TrainerParts {
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
   // Data-parallel training (distributed::ProcessGroup::data_parallel): the last batch of each optimizer
-  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards.
+  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards. ZeRO-1
+  // (ProcessGroup::sharded_data_parallel) with a ShardedOptimizer over it (trainer/sharded_optimizer.h)
+  // as the optimizer: gradients reduce-scattered, each rank stepping its pieces.
   std::shared_ptr<distributed::DataParallel> data_parallel;  // empty: one process
 };
 
@@ -191,6 +199,8 @@ class Trainer {
 
   // ---- checkpoints ----
   // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
+  // With a sharded optimizer every rank must call it at once (the optimizer state is gathered on rank
+  // 0, which alone writes `path`; the others write nothing and may pass an empty path).
   void save_checkpoint(const std::filesystem::path& path);
   // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint. Without
   // `optimizer_state` the optimizer keeps its fresh state (a run resumed with another optimizer.type).
@@ -262,8 +272,10 @@ class Trainer {
   int64_t idle_read_step_ = -1;           // the step of the last take_gpu_idle() ...
   std::optional<double> idle_reading_;    // ... and what it read
   std::vector<std::shared_ptr<Callback>> callbacks_;
-  // The optimizer's parameters that require gradients, for clipping and the inf/NaN checks.
+  // The optimizer's parameters that require gradients (ZeRO-1: this rank's pieces), for clipping and
+  // the inf/NaN checks.
   std::vector<torch::Tensor> params_;
+  ShardedOptimizer* sharded_ = nullptr;  // optimizer_, when it is sharded (ZeRO-1)
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step

@@ -40,6 +40,13 @@ void Trainer::check_weights_finite() {
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
   check_finite();
   check_weights_finite();
+  if (sharded_ && data_parallel_->rank() != 0) {
+    // Rank 0 writes, the optimizer state gathered there from every rank's pieces, this one's too.
+    torch::serialize::OutputArchive unused;
+    optimizer_->save(unused);
+    return;
+  }
+  STOKER_CHECK(!path.empty(), "Trainer::save_checkpoint: no path to write the checkpoint to");
   CheckpointContent content;
   content.state = state_;
   content.state.world_size = data_parallel_ ? data_parallel_->world_size() : 1;
