@@ -1,8 +1,11 @@
 #include "optim/lamb.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
+
+#include "common/log.h"
 
 namespace stoker {
 
@@ -55,46 +58,87 @@ torch::Tensor Lamb::gradient_divisor(const std::optional<torch::Tensor>& grad_sc
     }
   }
   if (grads.empty()) return scale;
-  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-  for (auto& n : norms) n = n.to(torch::kFloat32);
-  torch::Tensor total = at::linalg_vector_norm(torch::stack(norms), 2);
+  torch::Tensor total = at::linalg_vector_norm(torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32), 2);
   if (scale.defined()) total = total / scale;  // the norm of the true gradients
   torch::Tensor clip = (total / max_grad_norm_).clamp_min(1.0);
   return scale.defined() ? clip * scale : clip;
 }
 
-void Lamb::step_parameter(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o) {
-  auto& s = state_for(p);
-  s.step(s.step() + 1);
-  const auto n = static_cast<double>(s.step());
+std::string Lamb::capture_obstacle() const {
+  return "optimizer.type lamb keeps each parameter's step count on the host and cannot be captured; use sgd or "
+         "adamw (with optimizer.implementation: fused or auto) for train.cuda_graph, or set train.cuda_graph: false";
+}
+
+void Lamb::step_group(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
+                      const torch::optim::AdamWOptions& o) {
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-  torch::Tensor exp_avg = s.exp_avg(), exp_avg_sq = s.exp_avg_sq();
-  exp_avg.lerp_(grad, 1.0 - beta1);
-  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
-  const torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(1.0 - std::pow(beta2, n))).add_(o.eps());
-  torch::Tensor update = (exp_avg / (1.0 - std::pow(beta1, n))).div_(denom);
-  if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
+  std::vector<torch::Tensor> exp_avgs, exp_avg_sqs;
+  std::vector<c10::Scalar> correction1, correction2_sqrt;  // per parameter: its own step count
+  for (const auto& p : params) {
+    auto& s = state_for(p);
+    s.step(s.step() + 1);
+    const auto n = static_cast<double>(s.step());
+    exp_avgs.push_back(s.exp_avg());
+    exp_avg_sqs.push_back(s.exp_avg_sq());
+    correction1.emplace_back(1.0 - std::pow(beta1, n));
+    correction2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
+  }
+  at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
+  grads.clear();
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denom, correction2_sqrt);
+  at::_foreach_add_(denom, o.eps());
+  std::vector<torch::Tensor> update = at::_foreach_div(exp_avgs, correction1);
+  at::_foreach_div_(update, denom);
+  denom.clear();
+  if (o.weight_decay() != 0) at::_foreach_add_(update, params, o.weight_decay());
   if (o.weight_decay() != 0 || always_adapt_) {
-    const torch::Tensor w_norm = p.norm(2), u_norm = update.norm(2);
+    // The trust ratio |p| / |update| of every parameter at once (1 where either norm is 0).
+    const torch::Tensor w_norm = torch::stack(at::_foreach_norm(params, 2));
+    const torch::Tensor u_norm = torch::stack(at::_foreach_norm(update, 2));
     const torch::Tensor one = torch::ones_like(w_norm);
     torch::Tensor ratio = torch::where(w_norm > 0, torch::where(u_norm > 0, w_norm / u_norm, one), one);
     if (trust_clip_) ratio = ratio.clamp_max(1.0);
-    update.mul_(ratio);
+    at::_foreach_mul_(update, ratio.unbind(0));
   }
-  p.add_(update, -o.lr());
+  at::_foreach_add_(params, update, -o.lr());
 }
 
 void Lamb::step_amp(const std::optional<torch::Tensor>& grad_scale, const std::optional<torch::Tensor>& found_inf) {
   torch::NoGradGuard no_grad;
-  if (found_inf && found_inf->item<float>() != 0.0f) return;  // a skipped fp16 step changes nothing
+  if (found_inf) {
+    if (found_inf->is_cuda() && !warned_host_read_) {
+      warned_host_read_ = true;
+      logger().warn("optimizer.type lamb under fp16-mixed reads the loss scaler's inf/NaN flag on the host before "
+                    "every step, which waits for the GPU each step; bf16-mixed needs no loss scaling and has no "
+                    "such wait");
+    }
+    if (found_inf->item<float>() != 0.0f) return;  // a skipped fp16 step changes nothing
+  }
   const torch::Tensor divisor = gradient_divisor(grad_scale);
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "stoker::Lamb does not support amsgrad");
+    std::vector<torch::Tensor> params, grads;
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      step_parameter(p, divisor.defined() ? p.grad() / divisor.to(p.grad().scalar_type()) : p.grad(), o);
+      params.push_back(p);
+      grads.push_back(p.grad());
     }
+    if (params.empty()) continue;
+    if (divisor.defined()) {
+      const bool one_dtype = std::all_of(grads.begin(), grads.end(), [&](const torch::Tensor& g) {
+        return g.scalar_type() == grads[0].scalar_type();
+      });
+      if (one_dtype) {
+        grads = at::_foreach_div(grads, divisor.to(grads[0].scalar_type()));
+      } else {
+        for (auto& g : grads) g = g / divisor.to(g.scalar_type());
+      }
+    }
+    step_group(params, std::move(grads), o);
   }
 }
 

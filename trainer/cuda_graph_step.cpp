@@ -232,6 +232,12 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
 bool CudaGraphStep::active() const { return state_->graph != nullptr && !state_->disabled; }
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 
+void CudaGraphStep::recapture(const std::string& why) {
+  if (!state_->graph) return;
+  logger().info("train.cuda_graph: {}; capturing the step again", why);
+  state_->drop_graph();
+}
+
 void CudaGraphStep::disable(const std::string& why) {
   if (state_->disabled) return;
   state_->disabled = true;
@@ -249,6 +255,7 @@ CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction, Hooks, int) : s
 }
 
 std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
+void CudaGraphStep::recapture(const std::string&) {}
 bool CudaGraphStep::active() const { return false; }
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 

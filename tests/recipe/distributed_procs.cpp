@@ -2,9 +2,7 @@
 #include "recipe/distributed_procs.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,21 +19,6 @@ extern char** environ;
 
 namespace stoker::testing {
 namespace fs = std::filesystem;
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(s);
-  return port;
-}
 
 pid_t start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra,
                     const fs::path& log) {

@@ -18,9 +18,6 @@
 
 namespace stoker::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_port();
-
 // Starts `argv` (argv[0] a path) in a process group of its own, with this environment less any
 // launcher's variables (RANK, WORLD_SIZE, MASTER_*, SLURM_*, TORCHELASTIC_*), plus `extra`; stdout
 // and stderr go to `log`.
