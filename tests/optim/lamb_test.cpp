@@ -201,6 +201,15 @@ TEST(Lamb, AStepsOperatorsDoNotGrowWithTheParameters) {
   EXPECT_LT(many, 40);
 }
 
+// With train.cuda_graph the run says why LAMB is not captured (not that it needs a fused implementation).
+TEST(Lamb, SaysWhyItCannotBeCaptured) {
+  torch::Tensor p = lamb_start(1, {5}).requires_grad_();
+  Lamb lamb({torch::optim::OptimizerParamGroup({p})}, torch::optim::AdamWOptions(0.01), LambKeys());
+  EXPECT_FALSE(lamb.capturable());
+  EXPECT_CONTAINS(lamb.capture_obstacle(), "optimizer.type lamb keeps each parameter's step count on the host");
+  EXPECT_CONTAINS(lamb.capture_obstacle(), "use sgd or adamw");
+}
+
 TEST(Lamb, IsBuiltFromTheConfigWithDecayedAndUndecayedGroups) {
   OptimizerOptions o;
   o.algorithm = TypedOptions("lamb", std::make_unique<LambKeys>());

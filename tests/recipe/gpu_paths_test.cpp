@@ -15,6 +15,8 @@
 #include "models/compact_resnet.h"
 #include "observe/telemetry.h"
 #include "recipe/distributed_procs.h"
+#include "optim/optim.h"
+#include "recipe/device.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "recipe/tasks.h"
@@ -23,6 +25,7 @@
 
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -285,6 +288,34 @@ TEST(GpuPaths, LoadingACheckpointAfterTheCaptureCapturesAgain) {
   EXPECT_TRUE(graphed->graph_active());
   const auto pe = eager->module().parameters(), pg = graphed->module().parameters();
   for (size_t i = 0; i < pe.size(); ++i) EXPECT_TRUE(torch::allclose(pe[i], pg[i], 1e-4, 1e-6)) << "parameter " << i;
+}
+
+// Issue 33, G25: predict and bench-data make run.device the current CUDA device (use_device), as a
+// run does, so that nothing they allocate (pinned buffers, the caching allocator) lands on GPU 0 when
+// another is named. The last visible GPU is named (GPU 0 on a machine with one).
+TEST(GpuPaths, UseDeviceMakesTheNamedGpuCurrent) {
+  STOKER_NEEDS_CUDA();
+  const auto last = static_cast<c10::DeviceIndex>(torch::cuda::device_count() - 1);
+  const torch::Device device = use_device(fmt::format("cuda:{}", last));
+  EXPECT_EQ(device, torch::Device(torch::kCUDA, last));
+  EXPECT_EQ(c10::cuda::current_device(), last);
+}
+
+// Issue 33, G23: LAMB with train.cuda_graph says why it cannot be captured (it keeps step counts on the
+// host), not that it needs optimizer.implementation: fused, and it trains eagerly on the GPU.
+TEST(GpuPaths, LambWithAGraphTrainsEagerlyAndSaysWhy) {
+  STOKER_NEEDS_CUDA();
+  Config c = gpu_config();
+  c.optimizer = parse_config("optimizer: {type: lamb, lr: 0.01}\n", "gpu.yaml").optimizer;
+  c.train.cuda_graph = true;
+  auto data = gpu_batches(48, 8);
+  auto trainer = make_trainer(c, torch::nn::AnyModule(LinearNet()), data, nullptr, kGpu);
+  data->start_epoch(0);
+  while (auto batch = data->next()) EXPECT_TRUE(std::isfinite(trainer->train_step(*batch).item<double>()));
+  EXPECT_FALSE(trainer->graph_active());
+  auto* amp = dynamic_cast<AmpStepOptimizer*>(&trainer->optimizer());
+  ASSERT_NE(amp, nullptr);
+  EXPECT_CONTAINS(amp->capture_obstacle(), "optimizer.type lamb keeps each parameter's step count on the host");
 }
 
 // A one-epoch fit on CUDA in bf16-mixed channels-last with its checkpoint, `trainer eval` of it, and a
