@@ -194,8 +194,6 @@ class ReducerDataParallel final : public DataParallel {
   std::unique_ptr<c10d::Reducer> reducer_;  // none with grad_sync other than "overlap"
 };
 
-}  // namespace
-
 // ---- the peer watchdog's store ---------------------------------------------------------------------------
 
 // distributed/watchdog.h's HeartbeatStore over a c10d store.

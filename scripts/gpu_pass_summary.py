@@ -181,13 +181,13 @@ def bench_step(log, dry, folder, name):
 
 
 def doctor(log, dry, folder):
-    r = last_json(log, "rungs") or last_json(log, "diagnosis") or json_lines(log)[-1:] or [None]
-    r = r[0] if isinstance(r, list) else r
-    verdict = re.search(r"^(input-bound|compute-bound|fed|.*bound.*)$", log, re.M)
-    numbers = {"verdict": verdict.group(1) if verdict else None}
-    if isinstance(r, dict):
-        numbers.update({k: v for k, v in r.items() if isinstance(v, (int, float, str))})
-    return [check("ladder measured", "pass" if r else "fail", "" if r else "no ladder result")], numbers
+    r = last_json(log, "input_bound")
+    if r is None:
+        return [check("ladder measured", "fail", "no ladder result line")], {}
+    keep = ("device", "batch_size", "workers", "precision", "input_bound")
+    numbers = {k: r[k] for k in keep if k in r}
+    numbers.update({k: round(v, 3) for k, v in r.items() if k.endswith("_ratio") and isinstance(v, (int, float))})
+    return [check("ladder measured", "pass")], numbers
 
 
 def doctor_batch(log, dry, folder):

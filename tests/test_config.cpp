@@ -1,5 +1,8 @@
 #include "test_config.h"
 
+#include "data/batch_ops.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
 #include "models/compact_resnet.h"
 
 namespace stoker::testing {
@@ -23,6 +26,16 @@ Config tiny_config(const fs::path& data_root, const fs::path& run_dir) {
   c.train.epochs = 3;
   c.train.log_every_steps = 4;
   return c;
+}
+
+std::vector<TypedOptions> erasing_and_mixup() {
+  TypedOptions erasing = data::make_batch_op("random_erasing"), mixup = data::make_batch_op("mixup");
+  erasing.as<data::RandomErasingSettings>().probability = 0.5;
+  erasing.as<data::RandomErasingSettings>().mode = "pixel";
+  mixup.as<data::MixupSettings>().mixup_alpha = 0.8;
+  mixup.as<data::MixupSettings>().cutmix_alpha = 1.0;
+  mixup.as<data::MixupSettings>().mode = "elem";
+  return {erasing, mixup};
 }
 
 }  // namespace stoker::testing

@@ -92,6 +92,14 @@ std::shared_ptr<data::TensorBatches> gpu_batches(int64_t n, int64_t batch, int64
   return std::make_shared<data::TensorBatches>(x, y, batch, kGpu, /*shuffle=*/false);
 }
 
+// The batches of `data`'s first epoch.
+std::vector<data::Batch> first_epoch(data::TensorBatches& data) {
+  data.start_epoch(0);
+  std::vector<data::Batch> batches;
+  while (auto b = data.next()) batches.push_back(*b);
+  return batches;
+}
+
 Config gpu_config() {
   Config c;
   c.run.device = "cuda";
@@ -160,9 +168,7 @@ TEST(GpuPaths, GraphedStepsEqualEagerOnesWithDropoutScheduleAndEma) {
     auto eager = make_trainer(c, model(), data, nullptr, kGpu);
     auto graphed = make_trainer(g, model(), data, nullptr, kGpu);
     torch::cuda::manual_seed_all(5);
-    data->start_epoch(0);
-    std::vector<data::Batch> batches;
-    while (auto b = data->next()) batches.push_back(*b);
+    const std::vector<data::Batch> batches = first_epoch(*data);
     for (int step = 0; step < 20; ++step) eager->train_step(batches[step % batches.size()]);
     torch::cuda::manual_seed_all(5);
     for (int step = 0; step < 20; ++step) graphed->train_step(batches[step % batches.size()]);
@@ -187,9 +193,7 @@ TEST(GpuPaths, Fp16UnderTheGraphSkipsAnInfStepAsEagerDoes) {
   Config g = c;
   g.train.cuda_graph = true;
   auto data = gpu_batches(96, 8);
-  data->start_epoch(0);
-  std::vector<data::Batch> batches;
-  while (auto b = data->next()) batches.push_back(*b);
+  std::vector<data::Batch> batches = first_epoch(*data);
   batches[7].input = batches[7].input.clone();
   batches[7].input[0][0][0][0] = std::numeric_limits<float>::infinity();  // after the capture (warm-up 3)
   const auto model = [&] {
@@ -263,9 +267,7 @@ TEST(GpuPaths, LoadingACheckpointAfterTheCaptureCapturesAgain) {
   Config g = c;
   g.train.cuda_graph = true;
   auto data = gpu_batches(96, 8);
-  data->start_epoch(0);
-  std::vector<data::Batch> batches;
-  while (auto b = data->next()) batches.push_back(*b);
+  std::vector<data::Batch> batches = first_epoch(*data);
   const auto model = [] {
     torch::manual_seed(3);
     return torch::nn::AnyModule(LinearNet());

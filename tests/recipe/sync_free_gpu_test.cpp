@@ -15,9 +15,6 @@
 #include <fmt/format.h>
 
 #include "data/augmented_source.h"
-#include "data/batch_ops.h"
-#include "data/mixup.h"
-#include "data/random_erasing.h"
 #include "data/tensor_batches.h"
 #include "models/compact_resnet.h"
 #include "recipe/factory.h"
@@ -62,13 +59,7 @@ Config recipe(Precision precision, bool graph) {
   c.train.ema_decay = 0.99;
   c.train.label_smoothing = 0.1;
   c.train.log_every_steps = 1000;
-  TypedOptions erasing = data::make_batch_op("random_erasing"), mixup = data::make_batch_op("mixup");
-  erasing.as<data::RandomErasingSettings>().probability = 0.5;
-  erasing.as<data::RandomErasingSettings>().mode = "pixel";
-  mixup.as<data::MixupSettings>().mixup_alpha = 0.8;
-  mixup.as<data::MixupSettings>().cutmix_alpha = 1.0;
-  mixup.as<data::MixupSettings>().mode = "elem";
-  c.data.batch_ops = {erasing, mixup};
+  c.data.batch_ops = testing::erasing_and_mixup();
   return c;
 }
 

@@ -61,6 +61,14 @@ torch::Tensor smoothed_cross_entropy(const torch::Tensor& logits, const torch::T
   return F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().label_smoothing(0.2));
 }
 
+// `model` with plain SGD at `lr`, nothing else.
+TrainerParts sgd_parts(TinyNet model, double lr = 0.1) {
+  TrainerParts parts;
+  parts.model = torch::nn::AnyModule(model);
+  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(lr));
+  return parts;
+}
+
 double falling_lr(int64_t step) { return 0.1 / static_cast<double>(1 + step); }
 
 // Records the learning rate of every step.
@@ -162,14 +170,10 @@ class SoftTargets : public data::BatchSource {
 // With soft targets (mixup, cutmix) the training top-1 counts a sample right when its largest logit is
 // its target's dominant class.
 TEST(TrainerParts, TrainingTopOneOfSoftTargetsIsAgainstTheDominantClass) {
-  TinyNet model = net(5);
-  TrainerParts parts;
-  parts.model = torch::nn::AnyModule(model);
-  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
   TrainerOptions options;
   options.epochs = 1;
   auto memory = memory_source(5, 8, 11);
-  Trainer trainer(options, std::move(parts), std::make_shared<SoftTargets>(memory));
+  Trainer trainer(options, sgd_parts(net(5)), std::make_shared<SoftTargets>(memory));
   const FitResult result = trainer.fit();
 
   TinyNet plain = net(5);
@@ -199,10 +203,6 @@ struct DataLog : Callback {
 // workers that cannot shorten it. Here each batch operation takes 30 ms and the batches are in memory:
 // the data wait stays near zero, and the operations' time is reported apart.
 TEST(TrainerParts, BatchOperationTimeIsNotCountedAsDataWait) {
-  TinyNet model = net(6);
-  TrainerParts parts;
-  parts.model = torch::nn::AnyModule(model);
-  parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
   TrainerOptions options;
   options.epochs = 1;
   const data::BatchOp slow_op = [](data::Batch& batch, int64_t) {
@@ -210,7 +210,7 @@ TEST(TrainerParts, BatchOperationTimeIsNotCountedAsDataWait) {
     batch.input = batch.input * 1.0;
   };
   auto augmented = std::make_shared<data::AugmentedSource>(memory_source(5, 8, 11), std::vector<data::BatchOp>{slow_op});
-  Trainer trainer(options, std::move(parts), augmented);
+  Trainer trainer(options, sgd_parts(net(6)), augmented);
   auto log = std::make_shared<DataLog>();
   trainer.add_callback(log);
   const FitResult result = trainer.fit();
@@ -251,12 +251,7 @@ TEST(TrainerParts, DefaultsAreCrossEntropyAndTheOptimizersLr) {
 // naming what is wrong and what to do.
 TEST(TrainerParts, MissingOrUnreadyPartsAreClearErrors) {
   using stoker::testing::error_of;
-  auto parts_for = [](TinyNet model) {
-    TrainerParts parts;
-    parts.model = torch::nn::AnyModule(model);
-    parts.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-    return parts;
-  };
+  auto parts_for = [](TinyNet model) { return sgd_parts(model); };
   auto source = memory_source(1, 4, 1);
 
   TrainerParts no_model = parts_for(net(1));
