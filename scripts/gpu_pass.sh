@@ -75,7 +75,7 @@ fit_sets() {
     printf -- '--set\n%s\n' data.synthetic.train_samples=200 data.synthetic.test_samples=64 data.synthetic.height=36 \
       data.synthetic.width=36 'data.train_transforms[0].size=32' 'data.eval_transforms[0].size=32' \
       'data.resolution_schedule={start_size: 16, end_size: 32, start_epoch: 0, end_epoch: 1, step: 16}' \
-      data.batch_size=32 data.workers=2 'model.widths=[8,16]' train.epochs=2 run.threads=2
+      data.batch_size=32 data.workers=1 'model.widths=[8,16]' train.epochs=2 run.threads=1
   fi
 }
 
@@ -89,14 +89,15 @@ stage_fit() {
   "$TRAINER" eval --config "$run_dir/config.yaml" --checkpoint "$run_dir"
 }
 
-# bench-step of ResNet-50 at batch 256, 224 px, channels-last (bench/step_resnet50.yaml); the dry run
-# times 2 steps of batch 2 at 32 px.
+# bench-step of ResNet-50 at batch 256, 224 px, channels-last (bench/step_resnet50.yaml). The dry run
+# times 2 steps of a small compact_resnet at batch 2 and 32 px instead: ResNet-50's 50 convolutions
+# cost a CPU tens of seconds to set up, and the dry run checks the stage, not the network.
 bench_step() {
-  local small=()
-  ((DRY)) && small=(--steps 2 --set data.batch_size=2 --set data.synthetic.height=32 --set data.synthetic.width=32
-                    --set data.synthetic.train_samples=8 --set run.threads=2)
-  ((DRY)) || small=(--steps 30)
-  "$TRAINER" bench-step --config "$repo/bench/step_resnet50.yaml" --set train.channels_last=true "${small[@]}" "$@"
+  local sizes=(--steps 30)
+  ((DRY)) && sizes=(--steps 2 --set 'model={type: compact_resnet, widths: [8, 16], blocks: [1, 1]}'
+                    --set data.batch_size=2 --set data.synthetic.height=32 --set data.synthetic.width=32
+                    --set data.synthetic.train_samples=8 --set run.threads=1)
+  "$TRAINER" bench-step --config "$repo/bench/step_resnet50.yaml" --set train.channels_last=true "${sizes[@]}" "$@"
 }
 
 stage_resnet50_bf16() { bench_step --set train.precision=bf16-mixed; }
@@ -111,21 +112,27 @@ stage_resnet50_tf32() {
   bench_step --set train.precision=tf32
 }
 
+# The dry run's doctor: the starved toy at a tenth of its size, with no decode cost, two steps a rung.
+dry_doctor_sets() {
+  printf -- '--set\n%s\n' data.workers=1 data.batch_size=16 data.synthetic.train_samples=256 data.synthetic.cpu_cost_us=0 \
+    'model.widths=[8]' 'model.blocks=[1]' run.threads=1
+}
+
 stage_doctor() {
-  local small=(--set data.workers=8)
-  ((DRY)) && small=(--steps 3 --set data.workers=1 --set data.synthetic.train_samples=512 --set data.synthetic.cpu_cost_us=200
-                    --set 'model.widths=[8,16,16]' --set run.threads=2)
-  "$TRAINER" doctor --config "$repo/configs/starved_toy.yaml" "${small[@]}"
+  local sizes=(--set data.workers=8)
+  ((DRY)) && mapfile -t sizes < <(echo --steps; echo 2; dry_doctor_sets)
+  "$TRAINER" doctor --config "$repo/configs/starved_toy.yaml" "${sizes[@]}"
 }
 
 # ResNet-50 in bf16-mixed from batch 8 up, doubling until a batch does not fit (enough samples for
 # batches of 8192), after a short ladder (the doctor always measures one first); the dry run sweeps
-# the starved toy's small model up to batch 64.
+# the dry run's doctor up to batch 32.
 stage_doctor_batch() {
   if ((DRY)); then
-    "$TRAINER" doctor --config "$repo/configs/starved_toy.yaml" --batch --max-batch 64 --memory-budget 4000 \
-      --set data.synthetic.cpu_cost_us=0 --set data.synthetic.train_samples=256 --set 'model.widths=[8,16,16]' \
-      --set run.threads=2
+    local sizes=()
+    mapfile -t sizes < <(dry_doctor_sets)
+    "$TRAINER" doctor --config "$repo/configs/starved_toy.yaml" --batch --max-batch 32 --steps 2 --memory-budget 4000 \
+      "${sizes[@]}"
   else
     "$TRAINER" doctor --config "$repo/bench/step_resnet50.yaml" --batch --max-batch 8192 --steps 3 \
       --set train.precision=bf16-mixed --set train.channels_last=true --set data.synthetic.train_samples=16384
@@ -147,6 +154,9 @@ export TRAINER=${STOKER_TRAINER_BIN:-$(find_program trainer "$build/apps/trainer
 export TESTS=${STOKER_TESTS_GPU_BIN:-$(find_program stoker_tests_gpu "$build/tests/stoker_tests_gpu")}
 export PY=${STOKER_PYTHON:-python3}
 export DRY=$dry
+# The dry run's steps are tiny: one thread each (OpenMP's threads only wait on each other on a small,
+# busy CPU).
+((dry)) && export OMP_NUM_THREADS=1
 # name:budget on a GPU:budget in the dry run (seconds). The GPU budgets add up to the pass's 300 s;
 # docs/building.md has what each stage is expected to take on an H100. The dry run's stages take about
 # a minute in all on 2 idle cores; its budgets leave room for a machine busy with other builds.

@@ -255,7 +255,8 @@ def text_of(summary):
              f"device: {ident.get('gpu', 'none')}{', driver ' + ident['driver'] if 'driver' in ident else ''}",
              f"{'stage':<22}{'status':<9}{'seconds':>8}{'budget':>8}  numbers"]
     for s in summary["stages"]:
-        nums = ", ".join(f"{k} {v}" for k, v in s.get("numbers", {}).items() if v is not None and k != "batches")
+        nums = ", ".join(f"{k} {round(v, 4) if isinstance(v, float) else v}" for k, v in s.get("numbers", {}).items()
+                         if v is not None and k != "batches")
         lines.append(f"{s['name']:<22}{s['status']:<9}{s['seconds']:>8}{s['budget_s']:>8}  {nums[:150]}")
         if s.get("why"):
             lines.append(f"    {s['why']}")
