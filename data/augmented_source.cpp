@@ -24,8 +24,9 @@ std::optional<Batch> AugmentedSource::next() {
   trace::Scope traced("batch augment");
   const int64_t start = trace::now_ns();
   for (const BatchOp& op : ops_) op(*batch, epoch_);
-  batch->ops_seconds += static_cast<double>(trace::now_ns() - start) * 1e-9;
-  ops_seconds_ += batch->ops_seconds;
+  const double seconds = static_cast<double>(trace::now_ns() - start) * 1e-9;
+  batch->ops_seconds += seconds;  // with those of a source this one wraps, if any
+  ops_seconds_ += seconds;
   return batch;
 }
 
