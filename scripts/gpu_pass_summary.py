@@ -98,9 +98,14 @@ def gtest_results(folder, log):
             return results, "json"
         except (OSError, ValueError, KeyError, IndexError):
             results = {}
+    for name, body in re.findall(r"^\[ RUN      \] (\S+)\n(.*?)^\[  FAILED  \] \1", log, re.M | re.S):
+        lines = [l.strip() for l in body.splitlines() if l.strip()]
+        results[name] = ("fail", " ".join(lines[:3])[:300])
     for kind, status in (("OK", "pass"), ("SKIPPED", "skip"), ("FAILED", "fail")):
         for name in re.findall(r"^\[\s+%s\s+\] (\S+\.\S+)" % kind, log, re.M):
             results.setdefault(name, (status, ""))
+    for name in re.findall(r"^\[ RUN      \] (\S+\.\S+)", log, re.M):  # started, never ended: a crash or the budget
+        results.setdefault(name, ("fail", "did not finish (the program crashed or was stopped there)"))
     return results, "log"
 
 
