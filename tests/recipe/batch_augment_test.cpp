@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "data/batch_ops.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "recipe/device.h"
