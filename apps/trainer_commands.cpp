@@ -168,7 +168,7 @@ int bench_data(const Args& args) {
   const std::optional<stoker::Config> loaded = load_or_print(args);
   if (!loaded) return 0;
   const stoker::Config& config = *loaded;
-  const torch::Device device = stoker::resolve_device(config.run.device);
+  const torch::Device device = stoker::use_device(config.run.device);  // the pinned buffers' GPU too
   stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<stoker::data::Loader> built =
       stoker::make_loader(config, device, args.split, args.output == "uint8");

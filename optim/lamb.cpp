@@ -1,8 +1,12 @@
 #include "optim/lamb.h"
 
+#include <algorithm>
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
+
+#include "common/log.h"
 
 namespace stoker {
 
@@ -68,11 +72,7 @@ torch::Tensor Lamb::gradient_divisor(const std::optional<torch::Tensor>& grad_sc
   }
   if (grads.empty() && !shards_) return scale;
   torch::Tensor total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-  if (!grads.empty()) {
-    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-    for (auto& n : norms) n = n.to(torch::kFloat32);
-    total = at::linalg_vector_norm(torch::stack(norms), 2);
-  }
+  if (!grads.empty()) total = at::linalg_vector_norm(torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32), 2);
   if (shards_) {  // the norm of all the gradients: every rank's pieces
     torch::Tensor squared = total * total;
     shards_->sum_over_ranks(squared);
@@ -83,80 +83,127 @@ torch::Tensor Lamb::gradient_divisor(const std::optional<torch::Tensor>& grad_sc
   return scale.defined() ? clip * scale : clip;
 }
 
-torch::Tensor Lamb::update_of(const torch::Tensor& p, const torch::Tensor& grad, const torch::optim::AdamWOptions& o) {
-  auto& s = state_for(p);
-  s.step(s.step() + 1);
-  const auto n = static_cast<double>(s.step());
+std::string Lamb::capture_obstacle() const {
+  return "optimizer.type lamb keeps each parameter's step count on the host and cannot be captured; use sgd or "
+         "adamw (with optimizer.implementation: fused or auto) for train.cuda_graph, or set train.cuda_graph: false";
+}
+
+std::vector<torch::Tensor> Lamb::updates_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
+                                            const torch::optim::AdamWOptions& o) {
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-  torch::Tensor exp_avg = s.exp_avg(), exp_avg_sq = s.exp_avg_sq();
-  exp_avg.lerp_(grad, 1.0 - beta1);
-  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
-  const torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(1.0 - std::pow(beta2, n))).add_(o.eps());
-  torch::Tensor update = (exp_avg / (1.0 - std::pow(beta1, n))).div_(denom);
-  if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
+  std::vector<torch::Tensor> exp_avgs, exp_avg_sqs;
+  std::vector<c10::Scalar> correction1, correction2_sqrt;  // per parameter: its own step count
+  for (const auto& p : params) {
+    auto& s = state_for(p);
+    s.step(s.step() + 1);
+    const auto n = static_cast<double>(s.step());
+    exp_avgs.push_back(s.exp_avg());
+    exp_avg_sqs.push_back(s.exp_avg_sq());
+    correction1.emplace_back(1.0 - std::pow(beta1, n));
+    correction2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
+  }
+  at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
+  grads.clear();
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denom, correction2_sqrt);
+  at::_foreach_add_(denom, o.eps());
+  std::vector<torch::Tensor> update = at::_foreach_div(exp_avgs, correction1);
+  at::_foreach_div_(update, denom);
+  if (o.weight_decay() != 0) at::_foreach_add_(update, params, o.weight_decay());
   return update;
 }
 
-void Lamb::apply(const torch::Tensor& p, torch::Tensor update, const torch::Tensor& w_norm, const torch::Tensor& u_norm,
-                 bool adapt, double lr) const {
+void Lamb::apply(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor> update,
+                 const torch::Tensor& w_norm, const torch::Tensor& u_norm, bool adapt, double lr) const {
   if (adapt) {
     const torch::Tensor one = torch::ones_like(w_norm);
     torch::Tensor ratio = torch::where(w_norm > 0, torch::where(u_norm > 0, w_norm / u_norm, one), one);
     if (trust_clip_) ratio = ratio.clamp_max(1.0);
-    update.mul_(ratio);
+    at::_foreach_mul_(update, ratio.unbind(0));
   }
-  p.add_(update, -lr);
+  at::_foreach_add_(params, update, -lr);
+}
+
+void Lamb::step_group(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
+                      const torch::optim::AdamWOptions& o) {
+  std::vector<torch::Tensor> update = updates_of(params, std::move(grads), o);
+  if (!adapts(o)) return apply(params, std::move(update), {}, {}, false, o.lr());
+  // The trust ratio |p| / |update| of every parameter at once (1 where either norm is 0).
+  const torch::Tensor w_norm = torch::stack(at::_foreach_norm(params, 2));
+  const torch::Tensor u_norm = torch::stack(at::_foreach_norm(update, 2));
+  apply(params, std::move(update), w_norm, u_norm, true, o.lr());
+}
+
+void Lamb::sharded_step(const std::vector<Group>& groups) {
+  struct Pending {
+    const Group* group;
+    std::vector<torch::Tensor> update;
+    torch::Tensor whole;  // each piece's parameter index
+  };
+  std::vector<Pending> pending;
+  torch::Device device = torch::kCPU;
+  for (const Group& g : groups) {
+    std::vector<int64_t> whole;
+    for (const auto& p : g.params) whole.push_back(shards_->whole.at(p.unsafeGetTensorImpl()));
+    device = g.params.front().device();
+    pending.push_back({&g, updates_of(g.params, g.grads, *g.options),
+                       torch::tensor(whole, torch::TensorOptions().dtype(torch::kInt64)).to(device)});
+  }
+  // Squared norms of each whole parameter and of its update, summed over the pieces of every rank.
+  torch::Tensor squares = torch::zeros({2, shards_->parameters}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  for (const Pending& k : pending) {
+    if (!adapts(*k.group->options)) continue;
+    squares[0].index_add_(0, k.whole, torch::stack(at::_foreach_norm(k.group->params, 2)).to(torch::kFloat32).square());
+    squares[1].index_add_(0, k.whole, torch::stack(at::_foreach_norm(k.update, 2)).to(torch::kFloat32).square());
+  }
+  shards_->sum_over_ranks(squares);
+  const torch::Tensor norms = squares.sqrt();
+  for (Pending& k : pending) {
+    const bool adapt = adapts(*k.group->options);
+    apply(k.group->params, std::move(k.update), adapt ? norms[0].index_select(0, k.whole) : torch::Tensor(),
+          adapt ? norms[1].index_select(0, k.whole) : torch::Tensor(), adapt, k.group->options->lr());
+  }
 }
 
 void Lamb::step_amp(const std::optional<torch::Tensor>& grad_scale, const std::optional<torch::Tensor>& found_inf) {
   torch::NoGradGuard no_grad;
-  if (found_inf && found_inf->item<float>() != 0.0f) return;  // a skipped fp16 step changes nothing
+  if (found_inf) {
+    if (found_inf->is_cuda() && !warned_host_read_) {
+      warned_host_read_ = true;
+      logger().warn("optimizer.type lamb under fp16-mixed reads the loss scaler's inf/NaN flag on the host before "
+                    "every step, which waits for the GPU each step; bf16-mixed needs no loss scaling and has no "
+                    "such wait");
+    }
+    if (found_inf->item<float>() != 0.0f) return;  // a skipped fp16 step changes nothing
+  }
   const torch::Tensor divisor = gradient_divisor(grad_scale);
-  if (shards_) return sharded_step(divisor);
+  std::vector<Group> groups;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "stoker::Lamb does not support amsgrad");
+    Group g{{}, {}, &o};
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      torch::Tensor update = update_of(p, divisor.defined() ? p.grad() / divisor.to(p.grad().scalar_type()) : p.grad(), o);
-      const bool adapt = adapts(o);
-      apply(p, update, adapt ? p.norm(2) : torch::Tensor(), adapt ? update.norm(2) : torch::Tensor(), adapt, o.lr());
+      g.params.push_back(p);
+      g.grads.push_back(p.grad());
     }
-  }
-}
-
-void Lamb::sharded_step(const torch::Tensor& divisor) {
-  struct Pending {
-    torch::Tensor p, update;
-    int64_t whole;
-    bool adapt;
-    double lr;
-  };
-  std::vector<Pending> pending;
-  torch::Device device = torch::kCPU;
-  for (auto& group : param_groups()) {
-    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    TORCH_CHECK(!o.amsgrad(), "stoker::Lamb does not support amsgrad");
-    for (const auto& p : group.params()) {
-      device = p.device();
-      if (!p.grad().defined()) continue;
-      const torch::Tensor grad = divisor.defined() ? p.grad() / divisor.to(p.grad().scalar_type()) : p.grad();
-      pending.push_back({p, update_of(p, grad, o), shards_->whole.at(p.unsafeGetTensorImpl()), adapts(o), o.lr()});
+    if (g.params.empty()) continue;
+    if (divisor.defined()) {
+      const bool one_dtype = std::all_of(g.grads.begin(), g.grads.end(), [&](const torch::Tensor& t) {
+        return t.scalar_type() == g.grads[0].scalar_type();
+      });
+      if (one_dtype) {
+        g.grads = at::_foreach_div(g.grads, divisor.to(g.grads[0].scalar_type()));
+      } else {
+        for (auto& t : g.grads) t = t / divisor.to(t.scalar_type());
+      }
     }
+    groups.push_back(std::move(g));
   }
-  // Squared norms of each whole parameter and of its update, summed over the pieces of every rank.
-  torch::Tensor squares = torch::zeros({shards_->parameters, 2}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-  for (const Pending& k : pending) {
-    if (!k.adapt) continue;
-    squares[k.whole][0] += k.p.to(torch::kFloat32).square().sum();
-    squares[k.whole][1] += k.update.to(torch::kFloat32).square().sum();
-  }
-  shards_->sum_over_ranks(squares);
-  const torch::Tensor norms = squares.sqrt();
-  for (const Pending& k : pending) {
-    apply(k.p, k.update, k.adapt ? norms[k.whole][0] : torch::Tensor(), k.adapt ? norms[k.whole][1] : torch::Tensor(),
-          k.adapt, k.lr);
-  }
+  if (shards_) return sharded_step(groups);
+  for (Group& g : groups) step_group(g.params, std::move(g.grads), *g.options);
 }
 
 }  // namespace stoker

@@ -57,6 +57,10 @@ class AmpStepOptimizer {
   double lr_scale(size_t group) const { return group < lr_scales_.size() ? lr_scales_[group] : 1.0; }
   // Whether a step can be captured in a CUDA graph (the fused kernels: no host synchronisation).
   virtual bool capturable() const = 0;
+  // Why not, as the end of "train.cuda_graph: training eagerly because ..." ("" when it can).
+  virtual std::string capture_obstacle() const {
+    return capturable() ? "" : "it needs optimizer.implementation: fused (or auto)";
+  }
   // Makes the state of every parameter now (momentum buffers, moments, step counts), as a step would
   // on first use. Before a CUDA graph capture: state first made inside a capture would be a node of
   // the graph, re-zeroed at every replay.

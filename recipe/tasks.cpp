@@ -99,8 +99,7 @@ std::unique_ptr<CheckpointModel> load_checkpoint_model(const Config& config, con
 
 CheckpointEvaluation evaluate_checkpoint(const Config& config, const fs::path& checkpoint) {
   check_model_type(config, "the config", checkpoint);
-  const torch::Device device = resolve_device(config.run.device);
-  select_device(device);
+  const torch::Device device = use_device(config.run.device);
   configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<data::Loader> loader = make_loader(config, device, "test");
   torch::nn::AnyModule model = make_model(config, loader->shape());
@@ -156,7 +155,7 @@ std::vector<ImagePrediction> predict_images(const PredictRequest& r) {
                "data.mean has {} values, so the model takes {} channels; predict decodes images to 1 "
                "(gray) or 3 (RGB)",
                channels, channels);
-  const torch::Device device = resolve_device(config.run.device);
+  const torch::Device device = use_device(config.run.device);  // issue 33, G25
   configure_threads(config.run.threads, 0, device.is_cpu());
   const std::unique_ptr<CheckpointModel> m =
       load_checkpoint_model(config, r.checkpoint, r.use_ema, {channels, 0, 0}, device);

@@ -1,5 +1,8 @@
 #include "test_config.h"
 
+#include "data/batch_ops.h"
+#include "data/mixup.h"
+#include "data/random_erasing.h"
 #include "models/compact_resnet.h"
 #include "models/registry.h"
 #include "recipe/device.h"
@@ -40,6 +43,16 @@ std::unique_ptr<Trainer> synthetic_trainer(const Config& config, uint64_t init_s
   Loaders loaders = make_loaders(config, torch::kCPU);
   torch::manual_seed(init_seed);
   return make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test, torch::kCPU);
+}
+
+std::vector<TypedOptions> erasing_and_mixup() {
+  TypedOptions erasing = data::make_batch_op("random_erasing"), mixup = data::make_batch_op("mixup");
+  erasing.as<data::RandomErasingSettings>().probability = 0.5;
+  erasing.as<data::RandomErasingSettings>().mode = "pixel";
+  mixup.as<data::MixupSettings>().mixup_alpha = 0.8;
+  mixup.as<data::MixupSettings>().cutmix_alpha = 1.0;
+  mixup.as<data::MixupSettings>().mode = "elem";
+  return {erasing, mixup};
 }
 
 }  // namespace stoker::testing

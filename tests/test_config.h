@@ -32,4 +32,8 @@ struct StopAtStep : Callback {
   int64_t step;
 };
 
+// data.batch_ops with both of Stoker's operations: pixel erasing with probability 0.5, then mixup
+// (alpha 0.8) or CutMix (alpha 1.0) per sample.
+std::vector<TypedOptions> erasing_and_mixup();
+
 }  // namespace stoker::testing

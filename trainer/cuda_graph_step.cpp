@@ -239,6 +239,12 @@ void CudaGraphStep::recapture() {
 }
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 
+void CudaGraphStep::recapture(const std::string& why) {
+  if (!state_->graph) return;
+  logger().info("train.cuda_graph: {}; capturing the step again", why);
+  state_->drop_graph();
+}
+
 void CudaGraphStep::disable(const std::string& why) {
   if (state_->disabled) return;
   state_->disabled = true;
@@ -256,6 +262,7 @@ CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction, Hooks, int) : s
 }
 
 std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
+void CudaGraphStep::recapture(const std::string&) {}
 bool CudaGraphStep::active() const { return false; }
 void CudaGraphStep::recapture() {}
 bool CudaGraphStep::disabled() const { return state_->disabled; }

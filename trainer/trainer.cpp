@@ -34,8 +34,11 @@ std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& opt
     return "train.on_nonfinite: skip decides on the host, step by step, whether to update (use stop)";
   }
   auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer);
-  if (amp == nullptr || !amp->capturable()) return "it needs optimizer.implementation: fused (or auto)";
-  return "";
+  if (amp == nullptr) {
+    return "it needs one of Stoker's optimizers (stoker::make_optimizer) with optimizer.implementation: fused "
+           "(or auto)";
+  }
+  return amp->capture_obstacle();
 }
 
 // The parts must arrive ready to train: the model on the device, in the precision's parameter dtype.
@@ -369,8 +372,10 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   while (true) {
     const double t0 = now_s();
     const std::optional<data::Batch> batch = next_batch();
-    const double t1 = now_s();
     if (!batch) break;
+    // The batch operations' time (mixup, erasing: device work issued on this thread) is step time,
+    // not data wait: more loader workers would not shorten it.
+    const double t1 = now_s() - batch->ops_seconds;
     StepInfo info;
     info.lr = lr_at(state_.step);
     const int64_t steps_before = state_.step;
