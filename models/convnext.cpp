@@ -6,6 +6,8 @@
 #include "common/error.h"
 #include "models/blocks.h"
 #include "models/init.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -68,9 +70,12 @@ CNBlockImpl::CNBlockImpl(int64_t dim, double layer_scale_value, double drop_path
 }
 
 torch::Tensor CNBlockImpl::forward(const torch::Tensor& x) {
-  // [N, C, H, W] -> channels last for the norm and the two linear layers -> back.
-  const torch::Tensor y = fc2(torch::gelu(fc1(norm(dwconv(x).permute({0, 2, 3, 1}))))).permute({0, 3, 1, 2});
-  return x + drop_path(layer_scale * y, drop_path_, is_training());
+  // model.activation_checkpointing: recomputed in backward when chosen (models/activation_checkpointing.h).
+  return run_block(*this, x, [this](const torch::Tensor& in) {
+    // [N, C, H, W] -> channels last for the norm and the two linear layers -> back.
+    const torch::Tensor y = fc2(torch::gelu(fc1(norm(dwconv(in).permute({0, 2, 3, 1}))))).permute({0, 3, 1, 2});
+    return in + drop_path(layer_scale * y, drop_path_, is_training());
+  });
 }
 
 ConvNextImpl::ConvNextImpl(const ConvNextConfig& c, const ModelShape& shape) : config_(c) {
@@ -143,6 +148,34 @@ std::vector<LayerGroup> convnext_layer_groups() {
   }
   blocks.push_back({"^features\\.(\\d+)\\.(\\d+)\\."});
   return {{"stem", {{"^features\\.0\\."}}}, {"blocks", blocks}};
+}
+
+namespace {
+const std::vector<int64_t> kChannelsLast = {0, 2, 3, 1}, kChannelsFirst = {0, 3, 1, 2};
+}  // namespace
+
+std::string layer_norm2d_to_onnx(OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x) {
+  const std::string last = e.op("Transpose", {x}, {{"perm", kChannelsLast}});
+  const std::string normed = onnx_layer_norm(e, last, e.param("weight"), e.param("bias"), norm.eps());
+  return e.op("Transpose", {normed}, {{"perm", kChannelsFirst}});
+}
+
+std::string cn_block_to_onnx(OnnxExport& e, const CNBlockImpl& block, const std::string& x) {
+  // block: 0 depthwise conv, 1 permute (a Functional, written here), 2 LayerNorm, 3 Linear, 4 GELU,
+  // 5 Linear, 6 permute back; then layer_scale and the residual (stochastic depth the identity).
+  const auto parts = block.named_children()["block"]->named_children();
+  const std::string path = (e.path().empty() ? "" : e.path() + ".") + "block.";
+  const auto part = [&](const std::string& i, const std::string& in) { return e.module(*parts[i], path + i, in); };
+  std::string y = e.op("Transpose", {part("0", x)}, {{"perm", kChannelsLast}});
+  y = part("5", part("4", part("3", part("2", y))));
+  y = e.op("Transpose", {y}, {{"perm", kChannelsFirst}});
+  return e.op("Add", {x, e.op("Mul", {y, e.param("layer_scale")})});
+}
+
+std::string convnext_to_onnx(OnnxExport& e, const ConvNextImpl& net, const std::string& x) {
+  // The features in order (a ModuleList handed on whole), average pooling, the classifier (its
+  // LayerNorm2d, flatten, Linear).
+  return e.child(net, "classifier", e.op("GlobalAveragePool", {e.child(net, "features", x)}));
 }
 
 }  // namespace stoker::models

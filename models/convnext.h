@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "models/activation_checkpointing.h"
 #include "models/layer_groups.h"
 #include "models/shape.h"
 
@@ -61,12 +62,15 @@ struct ConvNextCustomOptions : TypeOptionsOf<ConvNextCustomOptions> {
   void check() const override;
 };
 
+class OnnxExport;  // models/onnx_export.h
+
 // torchvision's LayerNorm2d: LayerNorm over the channels of an [N, C, H, W] tensor (eps 1e-6), through a
 // permute to channels-last and back; parameters `weight`, `bias`.
 class LayerNorm2dImpl : public torch::nn::Module {
  public:
   explicit LayerNorm2dImpl(int64_t channels, double eps = 1e-6);
   torch::Tensor forward(const torch::Tensor& x);
+  double eps() const { return eps_; }
 
   torch::Tensor weight, bias;
 
@@ -76,7 +80,7 @@ class LayerNorm2dImpl : public torch::nn::Module {
 TORCH_MODULE(LayerNorm2d);
 
 // torchvision's CNBlock (see the top of this file).
-class CNBlockImpl : public torch::nn::Module {
+class CNBlockImpl : public torch::nn::Module, public CheckpointableBlock {
  public:
   CNBlockImpl(int64_t dim, double layer_scale, double drop_path_rate);
   torch::Tensor forward(const torch::Tensor& x);
@@ -112,6 +116,11 @@ class ConvNextImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 };
 TORCH_MODULE(ConvNext);
+
+// The ONNX exporters of the ConvNeXt modules (models/onnx_export.h): their eval-mode forwards.
+std::string layer_norm2d_to_onnx(OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x);
+std::string cn_block_to_onnx(OnnxExport& e, const CNBlockImpl& block, const std::string& x);
+std::string convnext_to_onnx(OnnxExport& e, const ConvNextImpl& net, const std::string& x);
 
 // The layers of a torchvision-layout ConvNeXt for optimizer.layer_decay: timm's ConvNeXt.group_matcher
 // in torchvision's names: the stem (features.0), each block (features.<2s+1>.<j>), a stage's

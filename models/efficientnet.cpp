@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -115,6 +117,12 @@ EfficientNet efficientnet(const std::string& name, int64_t num_classes, int64_t 
 std::vector<LayerGroup> efficientnet_layer_groups() {
   return {{"stem", {{"^features\\.0\\."}}},
           {"blocks", {{"^features\\.8\\.", {kMatchPrevious}}, {"^features\\.(\\d+)\\.(\\d+)\\."}}}};
+}
+
+std::string efficientnet_to_onnx(OnnxExport& e, const EfficientNetImpl& net, const std::string& x) {
+  // The features in order (a ModuleList handed on whole), average pooling, the classifier.
+  const std::string pooled = e.op("GlobalAveragePool", {e.child(net, "features", x)});
+  return e.child(net, "classifier", onnx_flatten(e, pooled));
 }
 
 }  // namespace stoker::models

@@ -65,6 +65,10 @@ TORCH_MODULE(EfficientNet);
 // efficientnet_variant(name)'s network with torchvision's defaults (drop path 0.2, the variant's dropout).
 EfficientNet efficientnet(const std::string& name, int64_t num_classes = 1000, int64_t in_channels = 3);
 
+class OnnxExport;  // models/onnx_export.h
+// The ONNX exporter of EfficientNet (models/onnx_export.h): its eval-mode forward.
+std::string efficientnet_to_onnx(OnnxExport& e, const EfficientNetImpl& net, const std::string& x);
+
 // The layers of a torchvision-layout EfficientNet for optimizer.layer_decay: timm's
 // EfficientNet.group_matcher in torchvision's names: the stem (features.0), each MBConv block
 // (features.<stage>.<j>), the head convolution (features.8) with the last block; then the classifier.

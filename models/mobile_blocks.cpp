@@ -8,6 +8,8 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -45,7 +47,7 @@ ConvNormActivationImpl::ConvNormActivationImpl(int64_t in, int64_t out, const Co
                                              .dilation(s.dilation)
                                              .groups(s.groups)
                                              .bias(false)));
-  norm = register_module("1", nn::BatchNorm2d(nn::BatchNorm2dOptions(out).eps(s.norm.eps).momentum(s.norm.momentum)));
+  norm = register_module("1", BatchNorm2d(nn::BatchNorm2dOptions(out).eps(s.norm.eps).momentum(s.norm.momentum)));
 }
 
 torch::Tensor ConvNormActivationImpl::forward(const torch::Tensor& x) {
@@ -80,9 +82,12 @@ InvertedResidualImpl::InvertedResidualImpl(const InvertedResidualSettings& s) {
 }
 
 torch::Tensor InvertedResidualImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = block->forward(x);
-  if (!residual_) return y;
-  return drop_path(y, drop_path_, is_training()) + x;
+  // model.activation_checkpointing: recomputed in backward when chosen (models/activation_checkpointing.h).
+  return run_block(*this, x, [this](const torch::Tensor& in) {
+    torch::Tensor y = block->forward(in);
+    if (!residual_) return y;
+    return drop_path(y, drop_path_, is_training()) + in;
+  });
 }
 
 std::vector<double> stochastic_depth_rates(double rate, int64_t blocks) {
@@ -120,6 +125,32 @@ void init_mobile_weights(torch::nn::Module& model, LinearInit linear) {
       nn::init::zeros_(fc->bias);
     }
   }
+}
+
+std::string onnx_activate(OnnxExport& e, const std::string& x, Activation activation) {
+  switch (activation) {
+    case Activation::kNone: return x;
+    case Activation::kReLU: return e.op("Relu", {x});
+    case Activation::kSiLU: return e.op("Mul", {x, e.op("Sigmoid", {x})});
+    case Activation::kHardswish: return onnx_hardswish(e, x);
+    case Activation::kSigmoid: return e.op("Sigmoid", {x});
+    case Activation::kHardsigmoid: return e.op("HardSigmoid", {x}, {{"alpha", 1.0 / 6.0}, {"beta", 0.5}});
+  }
+  return x;
+}
+
+std::string conv_norm_activation_to_onnx(OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x) {
+  return onnx_activate(e, e.child(m, "1", e.child(m, "0", x)), m.activation());
+}
+
+std::string squeeze_excitation_to_onnx(OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x) {
+  const std::string squeezed = onnx_activate(e, e.child(m, "fc1", e.op("GlobalAveragePool", {x})), m.activation());
+  return e.op("Mul", {x, onnx_activate(e, e.child(m, "fc2", squeezed), m.gate())});
+}
+
+std::string inverted_residual_to_onnx(OnnxExport& e, const InvertedResidualImpl& m, const std::string& x) {
+  const std::string y = e.child(m, "block", x);
+  return m.residual() ? e.op("Add", {y, x}) : y;
 }
 
 }  // namespace stoker::models

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -21,7 +22,12 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 
+#include "models/activation_checkpointing.h"
+#include "models/batch_norm.h"
+
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // The activations of these families; none has parameters.
 enum class Activation { kNone, kReLU, kSiLU, kHardswish, kSigmoid, kHardsigmoid };
@@ -45,16 +51,18 @@ struct ConvNormSettings {
   NormSettings norm;
 };
 
-// Conv2d (no bias) `0`, BatchNorm2d `1`, then the activation.
+// Conv2d (no bias) `0`, BatchNorm2d `1` (models::BatchNorm2d: distributed.sync_batchnorm reaches it),
+// then the activation.
 class ConvNormActivationImpl : public torch::nn::Module {
  public:
   ConvNormActivationImpl(int64_t in, int64_t out, const ConvNormSettings& settings);
   torch::Tensor forward(const torch::Tensor& x);
+  Activation activation() const { return activation_; }
 
  private:
   Activation activation_;
   torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d norm{nullptr};
+  BatchNorm2d norm{nullptr};
 };
 TORCH_MODULE(ConvNormActivation);
 
@@ -64,6 +72,8 @@ class SqueezeExcitationImpl : public torch::nn::Module {
  public:
   SqueezeExcitationImpl(int64_t channels, int64_t squeeze, Activation activation, Activation gate);
   torch::Tensor forward(const torch::Tensor& x);
+  Activation activation() const { return activation_; }
+  Activation gate() const { return gate_; }
 
  private:
   Activation activation_, gate_;
@@ -82,7 +92,7 @@ struct InvertedResidualSettings {
   NormSettings norm;
 };
 
-class InvertedResidualImpl : public torch::nn::Module {
+class InvertedResidualImpl : public torch::nn::Module, public CheckpointableBlock {
  public:
   explicit InvertedResidualImpl(const InvertedResidualSettings& settings);
   torch::Tensor forward(const torch::Tensor& x);
@@ -106,6 +116,13 @@ std::vector<double> stochastic_depth_rates(double rate, int64_t blocks);
 // Sets the rates of every InvertedResidual of `model`, in module order, to
 // stochastic_depth_rates(rate, their count); returns the count.
 int64_t apply_stochastic_depth(torch::nn::Module& model, double rate);
+
+// The blocks' ONNX exporters (models/onnx_export.h): their eval-mode forwards (stochastic depth the
+// identity); `onnx_activate` writes an Activation as nodes.
+std::string onnx_activate(OnnxExport& e, const std::string& x, Activation activation);
+std::string conv_norm_activation_to_onnx(OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x);
+std::string squeeze_excitation_to_onnx(OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x);
+std::string inverted_residual_to_onnx(OnnxExport& e, const InvertedResidualImpl& m, const std::string& x);
 
 // How a family initialises its linear layers: EfficientNet uniform in +-1/sqrt(out_features),
 // MobileNetV3 normal(0, 0.01); both with zero bias.

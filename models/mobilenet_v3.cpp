@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -93,6 +95,15 @@ MobileNetV3 mobilenet_v3_large(int64_t num_classes, int64_t in_channels) {
 
 std::vector<LayerGroup> mobilenet_v3_layer_groups() {
   return {{"stem", {{"^features\\.0\\."}}}, {"blocks", {{"^features\\.(\\d+)\\."}}}};
+}
+
+std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
+  const std::string pooled = onnx_flatten(e, e.op("GlobalAveragePool", {e.child(net, "features", x)}));
+  // classifier: 0 Linear, 1 hard swish (a Functional, written here), 2 Dropout (the identity), 3 Linear.
+  const torch::nn::Module& classifier = *net.classifier;
+  const std::string path = e.path().empty() ? "classifier" : e.path() + ".classifier";
+  const std::string hidden = onnx_hardswish(e, e.module(*classifier.named_children()["0"], path + ".0", pooled));
+  return e.module(*classifier.named_children()["3"], path + ".3", hidden);
 }
 
 }  // namespace stoker::models

@@ -1,11 +1,14 @@
 // The ONNX exporters of libtorch's modules (models/onnx_nn.h).
 #include "models/onnx_nn.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/batch_norm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -126,9 +129,63 @@ std::string onnx_adaptive_avg_pool2d(OnnxExport& e, const std::string& x, int64_
   return e.op("AveragePool", {x}, {{"kernel_shape", window}, {"strides", window}});
 }
 
+std::string onnx_scalar(OnnxExport& e, const std::string& name, double value) {
+  return e.constant(name, torch::tensor(static_cast<float>(value)));
+}
+
+std::string onnx_ints(OnnxExport& e, const std::string& name, const std::vector<int64_t>& values) {
+  return e.constant(name, torch::tensor(values, torch::kInt64));
+}
+
+std::string onnx_layer_norm(OnnxExport& e, const std::string& x, const std::string& weight, const std::string& bias,
+                            double eps) {
+  if (e.opset() >= 17) {
+    return e.op("LayerNormalization", {x, weight, bias}, {{"axis", int64_t{-1}}, {"epsilon", eps}});
+  }
+  const std::vector<int64_t> last = {-1};
+  const std::string centred = e.op("Sub", {x, e.op("ReduceMean", {x}, {{"axes", last}})});
+  const std::string variance = e.op("ReduceMean", {e.op("Mul", {centred, centred})}, {{"axes", last}});
+  const std::string deviation = e.op("Sqrt", {e.op("Add", {variance, onnx_scalar(e, "eps", eps)})});
+  return e.op("Add", {e.op("Mul", {e.op("Div", {centred, deviation}), weight}), bias});
+}
+
+std::string onnx_gelu(OnnxExport& e, const std::string& x) {
+  const std::string erf = e.op("Erf", {e.op("Div", {x, onnx_scalar(e, "sqrt2", std::sqrt(2.0))})});
+  const std::string one_plus = e.op("Add", {erf, onnx_scalar(e, "one", 1.0)});
+  return e.op("Mul", {e.op("Mul", {x, onnx_scalar(e, "half", 0.5)}), one_plus});
+}
+
+std::string onnx_hardswish(OnnxExport& e, const std::string& x) {
+  return e.op("Mul", {x, e.op("HardSigmoid", {x}, {{"alpha", 1.0 / 6.0}, {"beta", 0.5}})});
+}
+
+namespace {
+
+std::string layer_norm(OnnxExport& e, const nn::LayerNormImpl& norm, const std::string& x) {
+  const nn::LayerNormOptions& o = norm.options;
+  STOKER_CHECK(o.normalized_shape().size() == 1 && o.elementwise_affine(),
+               "{}: a LayerNorm over more than the last dimension, or without weight and bias, has no ONNX exporter "
+               "in Stoker",
+               where(e));
+  return onnx_layer_norm(e, x, e.param("weight"), e.param("bias"), o.eps());
+}
+
+std::string gelu(OnnxExport& e, const nn::GELUImpl& g, const std::string& x) {
+  STOKER_CHECK(g.options.approximate() == "none", "{}: a GELU with approximate '{}' has no ONNX exporter in Stoker "
+               "(the exact one has)", where(e), g.options.approximate());
+  return onnx_gelu(e, x);
+}
+
+}  // namespace
+
 void add_torch_nn_exporters(Registry<OnnxExporter>& r) {
   add_onnx_exporter<nn::Conv2dImpl>(r, &conv2d);
   add_onnx_exporter<nn::BatchNorm2dImpl>(r, &batch_norm2d);
+  // Stoker's models build theirs as models::BatchNorm2d (torch's, with a hook for SyncBatchNorm): in
+  // eval mode, which an export is, the same forward.
+  add_onnx_exporter<BatchNorm2dImpl>(r, [](OnnxExport& e, const BatchNorm2dImpl& bn, const std::string& x) {
+    return batch_norm2d(e, bn, x);
+  });
   add_onnx_exporter<nn::LinearImpl>(r, &linear);
   add_onnx_exporter<nn::MaxPool2dImpl>(r, &max_pool2d);
   add_onnx_exporter<nn::AvgPool2dImpl>(r, &avg_pool2d);
@@ -145,6 +202,13 @@ void add_torch_nn_exporters(Registry<OnnxExporter>& r) {
   add_onnx_exporter<nn::SequentialImpl>(r, [](OnnxExport& e, const nn::SequentialImpl& s, const std::string& x) {
     return e.children(s, x);
   });
+  // A ModuleList has no forward of its own: a parent's exporter that hands one on whole (e.child) runs
+  // its entries in order, as the families whose features are a ModuleList do (ConvNeXt, EfficientNet).
+  add_onnx_exporter<nn::ModuleListImpl>(r, [](OnnxExport& e, const nn::ModuleListImpl& l, const std::string& x) {
+    return e.children(l, x);
+  });
+  add_onnx_exporter<nn::LayerNormImpl>(r, &layer_norm);
+  add_onnx_exporter<nn::GELUImpl>(r, &gelu);
 }
 
 }  // namespace stoker::models

@@ -99,13 +99,14 @@ std::vector<std::string> PretrainedFit::head_modules() const {
 
 PretrainedFit fit_pretrained(torch::nn::Module& model, NamedTensors tensors, const PretrainedOptions& o,
                              const std::vector<std::string>& head_keys, const std::string& source,
-                             const std::string& what) {
+                             const std::string& what, const PretrainedAdapter& adapt) {
   const NamedTensors targets = state_of(model);
   std::set<std::string> model_keys;
   for (const auto& t : targets) model_keys.insert(t.first);
   PretrainedFit fit;
   fit.stripped = strip_wrappers(tensors, model_keys);
   rename(tensors, o.rename);
+  if (adapt) adapt(model, tensors);
   std::map<std::string, at::Tensor> file;
   for (auto& [key, tensor] : tensors) {
     if (!key_matches_any(o.skip, key)) file[key] = tensor;

@@ -16,6 +16,7 @@
 // model is unchanged when it throws.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,14 @@ struct PretrainedFit {
   std::vector<std::string> head_modules() const;
 };
 
-// Copies `tensors` into `model` as described above. `source` names the file and `what` the model
-// ("model.type resnet50") in errors.
+// What a model type does to a file's tensors, named as the model names them (after the wrapper prefixes
+// and renames), before they are fitted: a ViT resizes a position embedding made for another grid.
+using PretrainedAdapter = std::function<void(const torch::nn::Module& model, NamedTensors& tensors)>;
+
+// Copies `tensors` into `model` as described above, after `adapt` (when given). `source` names the file
+// and `what` the model ("model.type resnet50") in errors.
 PretrainedFit fit_pretrained(torch::nn::Module& model, NamedTensors tensors, const PretrainedOptions& options,
                              const std::vector<std::string>& head_keys, const std::string& source,
-                             const std::string& what);
+                             const std::string& what, const PretrainedAdapter& adapt = nullptr);
 
 }  // namespace stoker::models

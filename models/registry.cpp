@@ -69,6 +69,8 @@ ModelType vit_type(const std::string& name) {
     int64_t& image_size = dynamic_cast<Options&>(own).config.image_size;
     if (image_size == 0 && s.height > 0 && s.height == s.width) image_size = s.height;
   };
+  // model.pretrained for another input size: its position embedding resized to the model's grid.
+  type.adapt_pretrained = resize_pretrained_position_embedding;
   return type;
 }
 

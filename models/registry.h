@@ -14,6 +14,7 @@
 #include "common/options.h"
 #include "common/registry.h"
 #include "models/layer_groups.h"
+#include "models/pretrained.h"
 #include "models/shape.h"
 
 namespace stoker::models {
@@ -43,6 +44,9 @@ struct ModelType {
   // Its layers for optimizer.layer_decay (models/layer_groups.h: timm's group_matcher); none: the
   // type cannot take layer_decay.
   std::vector<LayerGroup> layer_groups = {};
+  // What model.pretrained's tensors need before they fit (models/pretrained.h; a ViT's position
+  // embedding for another grid); null: nothing.
+  PretrainedAdapter adapt_pretrained = nullptr;
 
   ModelType with_head(std::vector<std::string> keys) const {
     ModelType t = *this;

@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "models/blocks.h"
 #include "models/init.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -132,10 +134,13 @@ EncoderBlockImpl::EncoderBlockImpl(const VitConfig& c, double drop_path_rate) : 
 }
 
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& input) {
-  const bool training = is_training();
-  torch::Tensor x = input + drop_path(dropout(self_attention(ln_1(input))), drop_path_, training);
-  const torch::Tensor y = mlp_dropout(fc2(mlp_dropout(torch::gelu(fc1(ln_2(x))))));
-  return x + drop_path(y, drop_path_, training);
+  // model.activation_checkpointing: recomputed in backward when chosen (models/activation_checkpointing.h).
+  return run_block(*this, input, [this](const torch::Tensor& in) {
+    const bool training = is_training();
+    torch::Tensor x = in + drop_path(dropout(self_attention(ln_1(in))), drop_path_, training);
+    const torch::Tensor y = mlp_dropout(fc2(mlp_dropout(torch::gelu(fc1(ln_2(x))))));
+    return x + drop_path(y, drop_path_, training);
+  });
 }
 
 EncoderImpl::EncoderImpl(const VitConfig& c, std::array<int64_t, 2> grid) : grid_(grid) {
@@ -216,6 +221,65 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& x) {
 std::vector<LayerGroup> vit_layer_groups() {
   return {{"stem", {{"^class_token|conv_proj|encoder\\.pos_embedding"}}},
           {"blocks", {{"^encoder\\.layers\\.encoder_layer_(\\d+)\\."}, {"^encoder\\.ln\\.", {kMatchPrevious}}}}};
+}
+
+void resize_pretrained_position_embedding(const torch::nn::Module& model,
+                                          std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  const auto* vit = dynamic_cast<const VisionTransformerImpl*>(&model);
+  if (vit == nullptr) return;
+  const std::array<int64_t, 2> grid = vit->grid();
+  for (auto& [key, value] : tensors) {
+    if (key != "encoder.pos_embedding" || value.dim() != 3 || value.size(1) == grid[0] * grid[1] + 1) continue;
+    value = resize_position_embedding(value, grid);
+  }
+}
+
+std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x) {
+  const int64_t dim = attention.in_proj_weight.size(1), heads = attention.heads(), head_dim = dim / heads;
+  // [N, L, dim] -> q, k, v as [N, heads, L, head_dim], then softmax(q k^T / sqrt(head_dim)) v.
+  std::string qkv = e.op("MatMul", {x, e.constant("in_proj_weight_t", attention.in_proj_weight.t().contiguous())});
+  qkv = e.op("Reshape", {e.op("Add", {qkv, e.param("in_proj_bias")}), onnx_ints(e, "qkv_shape", {0, 0, 3, heads, head_dim})});
+  qkv = e.op("Transpose", {qkv}, {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}});
+  const auto pick = [&](int64_t i) {
+    return e.op("Gather", {qkv, e.constant("qkv_index", torch::tensor(i, torch::kInt64))}, {{"axis", int64_t{0}}});
+  };
+  const std::string q = e.op("Mul", {pick(0), onnx_scalar(e, "scale", 1.0 / std::sqrt(static_cast<double>(head_dim)))});
+  const std::string k_t = e.op("Transpose", {pick(1)}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
+  const std::string weights = e.op("Softmax", {e.op("MatMul", {q, k_t})}, {{"axis", int64_t{-1}}});
+  std::string out = e.op("Transpose", {e.op("MatMul", {weights, pick(2)})}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  out = e.op("Reshape", {out, onnx_ints(e, "out_shape", {0, 0, dim})});
+  return e.child(attention, "out_proj", out);
+}
+
+std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x) {
+  // Dropout and stochastic depth are the identity in eval mode.
+  const std::string h = e.op("Add", {x, e.child(block, "self_attention", e.child(block, "ln_1", x))});
+  return e.op("Add", {h, e.child(block, "mlp", e.child(block, "ln_2", h))});
+}
+
+std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
+  const std::vector<int64_t> dims = e.shape(x);
+  const int64_t tokens = encoder.pos_embedding.size(1);
+  STOKER_CHECK(dims.size() == 3 && dims[1] == tokens,
+               "{}: the ViT's position embedding holds {} tokens and the exported input gives {}; export at the size "
+               "the model was built for (its model.image_size: --input-size HxW)",
+               e.path(), tokens, dims.size() == 3 ? dims[1] : -1);
+  const std::string y = e.op("Add", {x, e.param("pos_embedding")});
+  return e.child(encoder, "ln", e.child(encoder, "layers", y));
+}
+
+std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
+  const int64_t dim = vit.config().hidden_dim;
+  // [N, dim, gh, gw] -> [N, gh * gw, dim], patches in row-major order; the class token first.
+  std::string patches = e.op("Transpose", {e.child(vit, "conv_proj", x)}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+  patches = e.op("Reshape", {patches, onnx_ints(e, "patches_shape", {0, -1, dim})});
+  const std::string batch = e.op("Slice", {e.op("Shape", {patches}), onnx_ints(e, "zero", {0}), onnx_ints(e, "one", {1})});
+  const std::string shape = e.op("Concat", {batch, onnx_ints(e, "token_shape", {1, dim})}, {{"axis", int64_t{0}}});
+  const std::string cls = e.op("Expand", {e.param("class_token"), shape});
+  const std::string tokens = e.op("Concat", {cls, patches}, {{"axis", int64_t{1}}});
+  const std::string encoded = e.child(vit, "encoder", tokens);
+  const std::string first = e.op("Gather", {encoded, e.constant("cls_index", torch::tensor(int64_t{0}))}, {{"axis", int64_t{1}}});
+  return e.child(vit, "heads", first);
 }
 
 }  // namespace stoker::models

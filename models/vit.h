@@ -30,9 +30,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/options.h"
+#include "models/activation_checkpointing.h"
 #include "models/layer_groups.h"
 #include "models/shape.h"
 
@@ -77,6 +79,8 @@ torch::Tensor resize_position_embedding(const torch::Tensor& pos_embedding, std:
                                         std::optional<std::array<int64_t, 2>> old_grid = std::nullopt,
                                         int64_t prefix_tokens = 1);
 
+class OnnxExport;  // models/onnx_export.h
+
 // nn.MultiheadAttention(dim, heads, dropout, batch_first=True) called as self-attention (q = k = v,
 // no mask, no weights returned), with its parameter names and initialisation; through
 // at::scaled_dot_product_attention.
@@ -84,6 +88,7 @@ class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t dim, int64_t heads, double dropout);
   torch::Tensor forward(const torch::Tensor& x);  // [N, L, dim] -> [N, L, dim]
+  int64_t heads() const { return heads_; }
 
   torch::Tensor in_proj_weight, in_proj_bias;
   torch::nn::Linear out_proj{nullptr};
@@ -96,7 +101,7 @@ TORCH_MODULE(SelfAttention);
 
 // torchvision's EncoderBlock: x + attention(ln_1(x)), then + mlp(ln_2(.)), each branch through
 // dropout and stochastic depth.
-class EncoderBlockImpl : public torch::nn::Module {
+class EncoderBlockImpl : public torch::nn::Module, public CheckpointableBlock {
  public:
   EncoderBlockImpl(const VitConfig& config, double drop_path_rate);
   torch::Tensor forward(const torch::Tensor& x);
@@ -154,6 +159,19 @@ class VisionTransformerImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 };
 TORCH_MODULE(VisionTransformer);
+
+// model.pretrained for a ViT (models/pretrained.h PretrainedAdapter): a position embedding
+// (encoder.pos_embedding) for another patch grid than `model`'s, a square one, resized to it with
+// resize_position_embedding, as timm's checkpoint_filter_fn does. Nothing for another module.
+void resize_pretrained_position_embedding(const torch::nn::Module& model,
+                                          std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+
+// The ONNX exporters of the ViT modules (models/onnx_export.h): their eval-mode forwards, at the input
+// size the position embedding is for (another is an error saying so).
+std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x);
+std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x);
+std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x);
+std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x);
 
 // The layers of a torchvision-layout ViT for optimizer.layer_decay: timm's
 // VisionTransformer.group_matcher in torchvision's names: the stem (class token, patch projection,

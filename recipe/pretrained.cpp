@@ -100,7 +100,7 @@ std::string load_pretrained(torch::nn::Module& model, const Config& config) {
   const models::ModelType type = models::model_registry().get(config.model.type());
   const models::PretrainedFit fit =
       models::fit_pretrained(model, read_weights_file(file), config.pretrained, type.head_keys, file,
-                             fmt::format("model.type {}", config.model.type()));
+                             fmt::format("model.type {}", config.model.type()), type.adapt_pretrained);
   std::string line = fmt::format("model.pretrained: {} ({} tensors", file, fit.loaded);
   if (!fit.reinitialised.empty()) {
     line += fmt::format("; head {} re-initialised for {} classes", fmt::join(fit.head_modules(), ", "),

@@ -80,6 +80,25 @@ TEST(ActivationCheckpointing, GradientsMasksAndStatisticsEqualThePlainModels) {
   expect_same(plain, step(random_net(some), x), 1e-6);
 }
 
+// The families with other blocks (ViT encoder blocks, ConvNeXt blocks, EfficientNet's and
+// MobileNetV3's inverted residuals) recompute them to the same gradients and statistics.
+TEST(ActivationCheckpointing, EveryFamilysBlocksRecomputeToTheSameGradients) {
+  for (const char* type : {"vit", "convnext", "efficientnet_b0", "mobilenet_v3_small"}) {
+    SCOPED_TRACE(type);
+    const auto build = [&](bool checkpoint) {
+      torch::manual_seed(4);
+      torch::nn::AnyModule m = models::create_model(models::model_options(type), {3, 5, 32, 32});
+      models::BlockSelection all;
+      all.all = checkpoint;
+      EXPECT_GT(models::apply_activation_checkpointing(*m.ptr(), all, type), checkpoint ? 0 : -1);
+      return m;
+    };
+    torch::manual_seed(0);
+    const torch::Tensor x = torch::randn({4, 3, 32, 32});
+    expect_same(step(build(false), x), step(build(true), x), 1e-5);
+  }
+}
+
 // Under autocast (bf16 on the CPU) the recomputation runs in the forward's dtypes.
 TEST(ActivationCheckpointing, TheRecomputationKeepsTheForwardsAutocast) {
   torch::manual_seed(0);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -78,6 +79,41 @@ TEST(LayerGroups, NumbersOrderLayersAndMatchPreviousJoinsTheLayerBefore) {
   EXPECT_EQ(assign_layers(names, {}).num_layers, 1);
   EXPECT_CONTAINS(testing::error_of([&] { assign_layers(names, {{"bad", {{"^blocks\\.(\\d+"}}}}); }),
                   "layer group 'bad': the regular expression '^blocks\\.(\\d+' does not compile");
+}
+
+// The other families' groups number their layers as timm's group_matcher does for the same
+// architecture: the stem first, one layer per block (a ConvNeXt's downsampling with its stage's first
+// block, a ViT's final norm and an EfficientNet's head convolution with the last block), the head last.
+TEST(LayerGroups, TheOtherFamiliesNumberTheirLayersAsTimm) {
+  struct Case {
+    const char* type;
+    int64_t blocks;  // timm's blocks for this configuration
+    std::vector<std::pair<std::string, std::string>> same_layer;
+  };
+  const std::vector<Case> cases = {
+      {"vit", 6, {{"encoder.ln.weight", "encoder.layers.encoder_layer_5.ln_1.weight"}}},
+      {"convnext", 6, {{"features.2.1.weight", "features.3.0.block.0.weight"}}},  // widths 32..256, depths 1/1/3/1
+      {"efficientnet_b0", 16, {{"features.8.0.weight", "features.7.0.block.0.0.weight"}}},
+      {"mobilenet_v3_small", 12, {}},  // 11 inverted residuals and the last convolution
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.type);
+    const ModelType type = model_registry().get(c.type);
+    torch::nn::AnyModule model = type.create(*type.options(), {3, 10, 32, 32});
+    const std::vector<std::string> names = names_of(*model.ptr());
+    const LayerAssignment layers = assign_layers(names, type.layer_groups);
+    EXPECT_EQ(layers.num_layers, c.blocks + 2);
+    EXPECT_EQ(layers.layer_names.front(), "stem");
+    EXPECT_EQ(layers.layer_names.back(), "head");
+    const auto layer_of = [&](const std::string& name) {
+      const auto it = std::find(names.begin(), names.end(), name);
+      EXPECT_NE(it, names.end()) << name;
+      return it == names.end() ? -1 : layers.layer[static_cast<size_t>(it - names.begin())];
+    };
+    EXPECT_EQ(layer_of(names.front()), 0);
+    EXPECT_EQ(layer_of(names.back()), layers.num_layers - 1);
+    for (const auto& [a, b] : c.same_layer) EXPECT_EQ(layer_of(a), layer_of(b)) << a << " and " << b;
+  }
 }
 
 }  // namespace
