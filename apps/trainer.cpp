@@ -194,11 +194,20 @@ void report_flags(CLI::App& app, Args& a) {
 
 void export_flags(CLI::App& app, Args& a) {
   checkpoint_flag(app, a);
-  value_flag(app, "--format", a.format, "state_dict|torchscript",
-             "state_dict (torch.save format; default) or torchscript (torch.jit.load / torch::jit::load)")
-      ->check(one_of({"state_dict", "torchscript"}));
+  value_flag(app, "--output", a.output_file, "FILE", "the file to write: .onnx, .ts (TorchScript) or .pth (state dict);\n"
+             "FILE.json is written beside it")->required();
+  value_flag(app, "--format", a.format, "onnx|torchscript|state_dict",
+             "the format (default: from --output's extension; a .pt file needs it)")
+      ->check(one_of({"onnx", "torchscript", "state_dict"}));
   app.add_flag("--ema", a.ema, "export the checkpoint's EMA weights (train.ema_decay)");
-  value_flag(app, "--output", a.output_file, "FILE", "the file to write")->required();
+  value_flag(app, "--input-size", a.input_size, "HxW", "the input's height and width (or one number for a square);\n"
+             "default the recipe's test data through data.eval_transforms");
+  value_flag(app, "--opset", a.opset, "N", "ONNX: the opset of ai.onnx (default 17)")->check(positive_whole_number());
+  app.add_flag("--dynamic-batch", a.dynamic_batch, "ONNX: a symbolic batch dimension (default: batch 1)");
+  app.add_flag("--include-normalize", a.include_normalize,
+               "ONNX: the graph takes pixel / 255 in [0, 1] and applies data.mean / data.std itself");
+  value_flag(app, "--dtype", a.dtype, "float32|float16", "ONNX: the weights' type (default float32; input and output\n"
+             "stay float32)")->check(one_of({"float32", "float16"}));
   value_flag(app, "--config", a.config, "FILE", "the recipe of the model (default: the checkpoint's)");
   set_flag(app, a, "override one value of that config; repeatable");
 }
@@ -272,14 +281,23 @@ const Subcommand kSubcommands[] = {
      "pipeline's time per stage, the doctor's ladder (doctor.json, from `trainer doctor\n"
      "--save-to RUN_DIR`), the resolved config and the environment. --compare overlays other runs.",
      report_flags, stoker::apps::report},
-    {"export", "write a checkpoint's model for Python or C++ (TorchScript, or a state dict)",
-     "Writes a checkpoint's weights (or, with --ema, its EMA weights).\n"
-     "--format state_dict: a state dict in the torch.save format: torch.load(FILE) in Python,\n"
-     "then model.load_state_dict(...); torchvision names for the torchvision-layout ResNets.\n"
-     "--format torchscript: the whole model, traced in eval mode with float32 weights on the\n"
-     "recipe's input size (its test data through data.eval_transforms, so the data must be\n"
-     "there): torch.jit.load(FILE) in Python, torch::jit::load in C++; inputs normalised as\n"
-     "data.mean / data.std say. ONNX from there: torch.onnx.export(torch.jit.load(FILE), ...).",
+    {"export", "write a checkpoint's model for deployment: ONNX, TorchScript or a state dict",
+     "Writes a checkpoint's model (with --ema, its EMA weights) in one of three formats, taken\n"
+     "from --output's extension (.onnx, .ts or .torchscript, .pth) or named by --format:\n"
+     "  onnx         the eval-mode graph, batch norms folded into the convolutions, checked by\n"
+     "               ONNX's checker: for ONNX Runtime, TensorRT, OpenVINO and other runtimes\n"
+     "               (C++, Python, ...). Choose it to deploy outside PyTorch.\n"
+     "  torchscript  the model traced in eval mode, float32: torch::jit::load in C++,\n"
+     "               torch.jit.load in Python. Choose it to stay in libtorch.\n"
+     "  state_dict   the weights in torch.save format (torchvision names for the torchvision-\n"
+     "               layout ResNets): to fine-tune or load in Python. A .pt file may be either\n"
+     "               of the last two, so it needs --format.\n"
+     "Inputs are [N, C, H, W] float32, normalised as data.mean / data.std say (with\n"
+     "--include-normalize an ONNX graph takes pixel / 255 and normalises itself). FILE.json\n"
+     "beside the export holds the class names, mean, std, input size and channels (also in an\n"
+     "ONNX file's metadata and a TorchScript file's extra file stoker.json). The input size\n"
+     "comes from the recipe's test data, or from --input-size HxW, which needs no data.\n"
+     "docs/trainer.md shows how to load each from C++ and Python.",
      export_flags, stoker::apps::export_weights},
     {"pack", "write a data set as WebDataset tar shards (optionally scaled down)",
      "Writes an ImageFolder or IDX data set as WebDataset shards in --to: train-000000.tar, ...\n"

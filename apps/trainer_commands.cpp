@@ -24,6 +24,7 @@
 #include "observe/report.h"
 #include "recipe/config.h"
 #include "recipe/device.h"
+#include "recipe/export.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "recipe/tasks.h"
@@ -175,7 +176,7 @@ int bench_data(const Args& args) {
   const std::optional<stoker::Config> loaded = load_or_print(args);
   if (!loaded) return 0;
   const stoker::Config& config = *loaded;
-  const torch::Device device = stoker::resolve_device(config.run.device);
+  const torch::Device device = stoker::use_device(config.run.device);  // the pinned buffers' GPU too
   stoker::configure_threads(config.run.threads, config.data.workers, device.is_cpu());
   const std::shared_ptr<stoker::data::Loader> built =
       stoker::make_loader(config, device, args.split, args.output == "uint8");
@@ -431,9 +432,14 @@ int export_weights(const Args& args) {
   request.format = args.format;
   request.use_ema = args.ema;
   request.output = args.output_file;
-  stoker::export_checkpoint(request);
-  std::printf("wrote %s (%s%s of %s)\n", request.output.c_str(), request.format.c_str(),
-              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str());
+  if (!args.input_size.empty()) request.input_size = stoker::parse_input_size(args.input_size);
+  if (args.opset > 0) request.opset = args.opset;
+  request.dynamic_batch = args.dynamic_batch;
+  request.include_normalize = args.include_normalize;
+  if (!args.dtype.empty()) request.dtype = args.dtype;
+  const stoker::ExportResult out = stoker::export_checkpoint(request);
+  std::printf("wrote %s (%s%s of %s) and %s\n", out.model.c_str(), out.summary.c_str(),
+              request.use_ema ? ", EMA weights" : "", request.checkpoint.c_str(), out.metadata.c_str());
   return 0;
 }
 

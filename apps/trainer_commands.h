@@ -44,7 +44,12 @@ struct Args {
   std::string run_dir;                 // report
   std::vector<std::string> compare;    // report
   std::string output_file;             // report, export
-  std::string format = "state_dict";   // export
+  std::string format;                  // export: empty = from --output's extension
+  int64_t opset = 0;                   // export: 0 = the default (17)
+  bool dynamic_batch = false;          // export
+  bool include_normalize = false;      // export
+  std::string dtype;                   // export: empty = float32
+  std::string input_size;              // export: HxW or N; empty = the recipe's
   std::string pack_from, pack_to;      // pack
   int64_t max_side = 0;                // pack: 0 keeps the images as they are
   int64_t quality = 90;                // pack: JPEG quality of re-encoded images

@@ -85,13 +85,19 @@ stoker_require(PNG_FOUND "libpng" "${_apt} libpng-dev")
 # CLI11 (header-only): the `trainer` program's subcommands, flags and help (apps/trainer.cpp).
 find_package(CLI11 CONFIG QUIET)
 stoker_require(CLI11_FOUND "CLI11 (for the trainer program)" "${_apt} libcli11-dev")
-# stoker::torch_flags (torch's flags, libstdc++ first, the fmt/spdlog include shim) and OpenCV core +
+# stoker::torch_flags (torch's flags, libstdc++ first, the fmt/spdlog include shim), stoker::onnx and OpenCV core +
 # imgproc: the installed package makes the same targets the same way (cmake/StokerImportedTargets.cmake).
 include(StokerImportedTargets)
 stoker_make_imported_targets("${CMAKE_BINARY_DIR}/stoker-include-shim" _missing)
 if(_missing)
   message(FATAL_ERROR "Stoker needs ${_missing}, which was not found.")
 endif()
+# The torch wheel ships protobuf headers of another release in its include folder, which comes
+# before /usr/include; models/onnx_proto.cpp sees Debian's through this folder (-I, searched first),
+# matching the library it links.
+set(STOKER_PROTOBUF_SHIM "${CMAKE_BINARY_DIR}/stoker-protobuf-shim")
+file(MAKE_DIRECTORY "${STOKER_PROTOBUF_SHIM}")
+file(CREATE_LINK "${STOKER_PROTOBUF_INCLUDE_DIR}/google" "${STOKER_PROTOBUF_SHIM}/google" SYMBOLIC)
 # nlohmann-json (header-only): every JSON Stoker writes and reads (metrics.jsonl, environment.json,
 # doctor.json, the MLflow REST calls). libcurl: the MLflow sink's HTTP client (observe/mlflow.cpp).
 find_path(STOKER_NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp)

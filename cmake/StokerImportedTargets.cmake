@@ -7,6 +7,8 @@
 #                              libstdc++ linked before libtorch, and the fmt/spdlog include shim
 #   stoker::opencv_core        the two OpenCV libraries Stoker's data pipeline uses
 #   stoker::opencv_imgproc
+#   stoker::onnx               ONNX's protobuf classes and checker (Debian's libonnx-dev) and the
+#                              protobuf library they are built on: `trainer export --format onnx`
 #
 # stoker_make_imported_targets(<shim folder> <result variable>): call it after find_package(Torch)
 # and find_package(fmt). It sets <result variable> to what it could not find (empty when nothing was
@@ -38,6 +40,23 @@ function(stoker_make_imported_targets shim missing_var)
     set(${missing_var} "the fmt and spdlog headers (apt-get install libfmt-dev libspdlog-dev)" PARENT_SCOPE)
     return()
   endif()
+  # ---- ONNX and protobuf, found directly --------------------------------------------------------
+  # libtorch's CMake config defines protobuf::libprotobuf as an empty stand-in (its own protobuf is
+  # hidden inside libtorch_cpu), which ONNX's CMake config would then link instead of the library.
+  find_path(STOKER_ONNX_INCLUDE_DIR onnx/onnx_pb.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+  find_library(STOKER_ONNX_LIBRARY onnx)
+  find_library(STOKER_ONNX_PROTO_LIBRARY onnx_proto)
+  find_path(STOKER_PROTOBUF_INCLUDE_DIR google/protobuf/message.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+  find_library(STOKER_PROTOBUF_LIBRARY protobuf)
+  if(NOT (STOKER_ONNX_INCLUDE_DIR AND STOKER_ONNX_LIBRARY AND STOKER_ONNX_PROTO_LIBRARY))
+    set(${missing_var} "ONNX's C++ library, for ONNX export (apt-get install libonnx-dev)" PARENT_SCOPE)
+    return()
+  endif()
+  if(NOT (STOKER_PROTOBUF_INCLUDE_DIR AND STOKER_PROTOBUF_LIBRARY))
+    set(${missing_var} "protobuf's C++ library, for ONNX export (apt-get install libprotobuf-dev)" PARENT_SCOPE)
+    return()
+  endif()
+
   file(MAKE_DIRECTORY "${shim}")
   file(CREATE_LINK "${STOKER_FMT_INCLUDE_DIR}/fmt" "${shim}/fmt" SYMBOLIC)
   file(CREATE_LINK "${STOKER_SPDLOG_INCLUDE_DIR}/spdlog" "${shim}/spdlog" SYMBOLIC)
@@ -52,6 +71,10 @@ function(stoker_make_imported_targets shim missing_var)
       IMPORTED_LOCATION "${STOKER_OPENCV_${_PART}_LIBRARY}"
       INTERFACE_INCLUDE_DIRECTORIES "${STOKER_OPENCV_INCLUDE_DIR}")
   endforeach()
+
+  add_library(stoker::onnx INTERFACE IMPORTED)
+  set_target_properties(stoker::onnx PROPERTIES INTERFACE_LINK_LIBRARIES
+    "${STOKER_ONNX_LIBRARY};${STOKER_ONNX_PROTO_LIBRARY};${STOKER_PROTOBUF_LIBRARY}")
 
   add_library(stoker::torch_flags INTERFACE IMPORTED)
   separate_arguments(_torch_cxx_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")

@@ -80,6 +80,8 @@ class KeyLister : public OptionsVisitor {
   void field(const char* key, std::string&, const Rule&) override { add(key); }
   void field(const char* key, std::vector<int64_t>&, const Rule&) override { add(key); }
   void field(const char* key, std::vector<double>&, const Rule&) override { add(key); }
+  void field(const char* key, std::vector<std::string>&, const Rule&) override { add(key); }
+  void field(const char* key, StringPairs&, const Rule&) override { add(key); }
   void section(const char* key, const std::function<void()>&) override { add(key); }
 
  private:

@@ -25,6 +25,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stoker {
@@ -65,6 +66,10 @@ Rule matching(const char* regex, std::string expected);
 Rule items(Rule item, size_t min_items, size_t max_items = SIZE_MAX);
 }  // namespace rules
 
+// A mapping of names to strings, in the order the YAML writes it (model.pretrained_rename:
+// {"backbone.": ""}).
+using StringPairs = std::vector<std::pair<std::string, std::string>>;
+
 // Visits the keys of a set of options; implemented by the config reader and writer.
 class OptionsVisitor {
  public:
@@ -75,6 +80,10 @@ class OptionsVisitor {
   virtual void field(const char* key, std::string& value, const Rule& rule) = 0;
   virtual void field(const char* key, std::vector<int64_t>& value, const Rule& rule) = 0;
   virtual void field(const char* key, std::vector<double>& value, const Rule& rule) = 0;
+  // A list of strings, each following `rule` (its choices or test), within its item counts.
+  virtual void field(const char* key, std::vector<std::string>& value, const Rule& rule) = 0;
+  // A mapping of names to strings (keys and values following `rule`'s test, if it has one).
+  virtual void field(const char* key, StringPairs& value, const Rule& rule) = 0;
   // A nested mapping of keys, visited by `body`.
   virtual void section(const char* key, const std::function<void()>& body) = 0;
 };

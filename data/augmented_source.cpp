@@ -22,8 +22,19 @@ std::optional<Batch> AugmentedSource::next() {
   std::optional<Batch> batch = inner_->next();
   if (!batch) return batch;
   trace::Scope traced("batch augment");
+  const int64_t start = trace::now_ns();
   for (const BatchOp& op : ops_) op(*batch, epoch_);
+  const double seconds = static_cast<double>(trace::now_ns() - start) * 1e-9;
+  batch->ops_seconds += seconds;  // with those of a source this one wraps, if any
+  ops_seconds_ += seconds;
   return batch;
+}
+
+StageTimes AugmentedSource::take_times() {
+  StageTimes t = inner_->take_times();
+  t.batch_ops += ops_seconds_;
+  ops_seconds_ = 0;
+  return t;
 }
 
 BatchOp mixup_op(MixupSettings settings, int64_t num_classes, double smoothing, uint64_t seed) {

@@ -34,9 +34,10 @@ class AugmentedSource : public BatchSource {
   int64_t out_height() const override { return inner_->out_height(); }
   int64_t out_width() const override { return inner_->out_width(); }
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
-  // The inner source's next batch with every operation applied, in order.
+  // The inner source's next batch with every operation applied, in order; the time they took is in
+  // its ops_seconds (not data wait) and in take_times().batch_ops.
   std::optional<Batch> next() override;
-  StageTimes take_times() override { return inner_->take_times(); }
+  StageTimes take_times() override;
   std::vector<std::string> class_names() const override { return inner_->class_names(); }
   BatchSource& inner() { return *inner_; }
 
@@ -44,6 +45,7 @@ class AugmentedSource : public BatchSource {
   std::shared_ptr<BatchSource> inner_;
   std::vector<BatchOp> ops_;
   int64_t epoch_ = 0;
+  double ops_seconds_ = 0;  // since the last take_times()
 };
 
 // Mixup/CutMix (data/mixup.h) as a batch operation: draws from mix_batch_seed(seed, epoch,

@@ -29,6 +29,10 @@ struct Batch {
   // XOR to the digest of the same samples in one process. 0 from a source that does not know them.
   uint64_t digest = 0;
   const void* host_buffer = nullptr;  // the pooled host buffer it was built in (diagnostics)
+  // Seconds the caller's next() spent on batch operations after the batch had arrived (data.batch_ops,
+  // AugmentedSource): issuing device work, not waiting for the loader, so the Trainer does not count
+  // them as data wait (more workers would not shorten them).
+  double ops_seconds = 0;
   int64_t size() const { return target.size(0); }
 };
 
@@ -38,6 +42,7 @@ struct StageTimes {
   double read = 0, decode = 0, transform = 0;  // in workers (or inline)
   double wait = 0;                              // caller blocked in next() for a batch
   double copy = 0;                              // host -> device copy and conversion to float
+  double batch_ops = 0;                         // caller in the batch operations (data.batch_ops)
   int64_t samples = 0, batches = 0, bad_samples = 0;
   // What the read stage handed out: bytes (encoded files, or pixels of decoded data sets) and the
   // files it opened (about one a sample for ImageFolder; a shard's file only once).

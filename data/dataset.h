@@ -95,9 +95,16 @@ struct SyntheticOptions : TypeOptionsOf<SyntheticOptions> {
 
 // The idx data set's own keys: `class_names: fashion_mnist` gives Fashion-MNIST's ten names
 // (IDX files carry none); `indices` (the default, right for MNIST's digits) gives none.
+// `classes: [5, 6, 7, 8, 9]` keeps only the samples of those labels, in both splits, relabelled 0, 1,
+// ... in the order given (data.num_classes must then be how many: 5), for transfer experiments (a
+// network pretrained on some classes, fine-tuned on the others). `train_per_class: 50` keeps the first
+// 50 training samples of each class (few labels; the test split stays whole); 0 = all.
 struct IdxOptions : TypeOptionsOf<IdxOptions> {
   std::string class_names = "indices";
+  std::vector<int64_t> classes;
+  int64_t train_per_class = 0;
   void visit(OptionsVisitor& v) override;
+  void check() const override;
 };
 // Fashion-MNIST's and CIFAR-10's class names, by label (as their publishers list them).
 const std::vector<std::string>& fashion_mnist_class_names();

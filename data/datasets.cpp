@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -70,7 +71,48 @@ void TensorImageDataset::truncate(int64_t n) {
 
 void IdxOptions::visit(OptionsVisitor& v) {
   v.field("class_names", class_names, rules::one_of({"indices", "fashion_mnist"}));
+  v.field("classes", classes, rules::items(rules::number("a label 0..255", 0, 255), 0));
+  v.field("train_per_class", train_per_class, rules::at_least(0));
 }
+
+void IdxOptions::check() const {
+  for (size_t i = 0; i < classes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (classes[i] == classes[j]) STOKER_FAIL("classes lists label {} twice; list each class once", classes[i]);
+    }
+  }
+}
+
+namespace {
+
+// idx's `classes` and `train_per_class`: the samples kept, in order, relabelled by their class's place in
+// `classes` (all classes, as they are, when it is empty).
+ImageSet select_idx_samples(const ImageSet& set, const IdxOptions& o, bool train) {
+  const int64_t per_class = train ? o.train_per_class : 0;
+  if (o.classes.empty() && per_class == 0) return set;
+  std::vector<int64_t> keep, labels, counts(256, 0);
+  const auto* label = set.labels.data_ptr<int64_t>();
+  for (int64_t i = 0; i < set.size(); ++i) {
+    int64_t relabel = label[i];
+    if (!o.classes.empty()) {
+      const auto at = std::find(o.classes.begin(), o.classes.end(), label[i]);
+      if (at == o.classes.end()) continue;
+      relabel = at - o.classes.begin();
+    }
+    if (per_class > 0 && counts[static_cast<size_t>(relabel)]++ >= per_class) continue;
+    keep.push_back(i);
+    labels.push_back(relabel);
+  }
+  STOKER_CHECK(!keep.empty(), "{}: no sample has a label in data.idx.classes [{}]", set.source,
+               fmt::join(o.classes, ", "));
+  ImageSet out;
+  out.images = set.images.index_select(0, torch::tensor(keep)).contiguous();
+  out.labels = torch::tensor(labels);
+  out.source = set.source;
+  return out;
+}
+
+}  // namespace
 
 const std::vector<std::string>& fashion_mnist_class_names() {
   // github.com/zalandoresearch/fashion-mnist, "Labels".
@@ -88,19 +130,39 @@ const std::vector<std::string>& cifar10_class_names() {
 
 std::shared_ptr<Dataset> load_idx_dataset(const DatasetOptions& options) {
   const std::string prefix = options.split == "train" ? "train" : "t10k";
-  ImageSet set = load_idx_split(options.root, prefix, options.num_classes);
-  // data.num_classes 0: the labels say (the largest plus one).
-  const int64_t classes = options.num_classes > 0 ? options.num_classes : set.labels.max().item<int64_t>() + 1;
+  const IdxOptions idx = options.own.type() == "idx" ? options.own.as<IdxOptions>() : IdxOptions();
+  if (!idx.classes.empty() && options.num_classes > 0) {
+    STOKER_CHECK(static_cast<int64_t>(idx.classes.size()) == options.num_classes,
+                 "data.idx.classes keeps {} classes but data.num_classes is {}; set data.num_classes: {} (or leave "
+                 "it out: the classes kept say)",
+                 idx.classes.size(), options.num_classes, idx.classes.size());
+  }
+  // With `classes`, labels outside them are dropped: any byte label is fine in the file.
+  ImageSet set = select_idx_samples(
+      load_idx_split(options.root, prefix, idx.classes.empty() ? options.num_classes : 256), idx,
+      options.split == "train");
+  // data.num_classes 0: the classes kept say, else the labels (the largest plus one).
+  const int64_t classes = options.num_classes > 0   ? options.num_classes
+                          : !idx.classes.empty()    ? static_cast<int64_t>(idx.classes.size())
+                                                    : set.labels.max().item<int64_t>() + 1;
   const torch::Tensor images = set.images.contiguous();  // [N, 1, H, W] == [N, H, W, 1]
   std::vector<uint8_t> pixels(images.data_ptr<uint8_t>(), images.data_ptr<uint8_t>() + images.numel());
   std::vector<int64_t> labels(set.labels.data_ptr<int64_t>(), set.labels.data_ptr<int64_t>() + set.size());
   auto dataset = std::make_shared<TensorImageDataset>(std::move(pixels), std::move(labels),
                                                       images.size(2), images.size(3), 1, classes, set.source);
   dataset->truncate(options.limit);
-  if (options.own.type() == "idx" && options.own.as<IdxOptions>().class_names == "fashion_mnist") {
-    STOKER_CHECK(classes == 10, "data.idx.class_names: fashion_mnist names 10 classes but "
-                 "data.num_classes is {}; set it to 10 or class_names to indices", classes);
-    dataset->set_class_names(fashion_mnist_class_names());
+  if (idx.class_names == "fashion_mnist") {
+    STOKER_CHECK(!idx.classes.empty() || classes == 10,
+                 "data.idx.class_names: fashion_mnist names 10 classes but data.num_classes is {}; set it to 10 or "
+                 "class_names to indices",
+                 classes);
+    std::vector<std::string> names;
+    for (const int64_t c : idx.classes) {
+      STOKER_CHECK(c < 10, "data.idx.classes lists label {}, but Fashion-MNIST (data.idx.class_names) has labels 0..9",
+                   c);
+      names.push_back(fashion_mnist_class_names()[static_cast<size_t>(c)]);
+    }
+    dataset->set_class_names(idx.classes.empty() ? fashion_mnist_class_names() : names);
   }
   return dataset;
 }

@@ -4,6 +4,8 @@
 
 #include <sys/resource.h>
 
+#include <ATen/core/CachingHostAllocator.h>
+
 #include <fmt/format.h>
 #include <opencv2/core.hpp>
 #include <spdlog/spdlog.h>
@@ -122,8 +124,13 @@ void Loader::retire() {
   prefetcher_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   ready_.clear();
+  const bool pinned = pool_.pinned();
   pool_.free_all();
   retired_ = true;
+  // Pinned blocks go back to the caching host allocator, which keeps every size it ever handed out:
+  // a loader replaced at each new resolution (or worker count) would pin memory for good each time
+  // (issue 33, G26). Its free blocks are given back to the system here; the new loader pins its own.
+  if (pinned) at::getHostAllocator(at::kCUDA)->empty_cache();
 }
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {

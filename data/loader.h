@@ -112,7 +112,8 @@ class Loader : public BatchSource {
   std::vector<std::string> bad_samples() const { return pipeline_.bad_samples(); }
   // Stops the workers for good and frees the batch buffers (a RetunableLoader that replaced it), even
   // while others still hold the loader; it then answers its shape and options only: start_epoch and
-  // next are errors. Batches already handed out stay valid.
+  // next are errors. Batches already handed out stay valid. Pinned buffers go back to the system, not
+  // only to the caching host allocator.
   void retire();
 
  private:

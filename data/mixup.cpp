@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "data/host_copy.h"
 
 namespace stoker::data {
 namespace {
@@ -200,7 +201,8 @@ std::pair<torch::Tensor, torch::Tensor> apply_mix(const std::vector<MixDraw>& dr
   } else if (uniform) {  // batch mode: timm's x * lam + x.flip(0) * (1 - lam)
     out = input * draws[0].lam + partner * (1.0 - draws[0].lam);
   } else {  // one lam per row, in float32 so that a bfloat16 batch's lam is not rounded
-    const torch::Tensor l = torch::tensor(mix_lam).to(input.device()).view({batch, 1, 1, 1});
+    const torch::Tensor l =
+        to_device_async(torch::tensor(mix_lam), input.device(), torch::kFloat32).view({batch, 1, 1, 1});
     out = (input.to(torch::kFloat32) * l + partner.to(torch::kFloat32) * (1 - l)).to(input.scalar_type());
   }
   if (uniform && draws[0].cutmix && draws[0].lam < 1) {
@@ -213,7 +215,7 @@ std::pair<torch::Tensor, torch::Tensor> apply_mix(const std::vector<MixDraw>& dr
   }
   out = out.contiguous(input.suggest_memory_format());
   const torch::Tensor rows = smoothed_rows(target, num_classes, smoothing);
-  const torch::Tensor lt = torch::tensor(lam).to(target.device()).view({batch, 1});
+  const torch::Tensor lt = to_device_async(torch::tensor(lam), target.device(), torch::kFloat32).view({batch, 1});
   return {out, rows * lt + rows.flip(0) * (1 - lt)};
 }
 

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "data/host_copy.h"
 #include "data/random.h"
 
 namespace stoker::data {
@@ -106,7 +107,8 @@ torch::Tensor apply_erasing(const std::string& mode, const torch::Tensor& input,
   bool any = false;
   for (const auto& r : rects) any = any || !r.empty();
   if (!any) return input;
-  // Every fill made on the CPU from its sample's generator, then one copy to the device for all.
+  // Every fill made on the CPU from its sample's generator, then one copy to the device for all, from
+  // pinned memory so that the host does not wait for the steps queued before it (host_copy.h).
   const int64_t channels = input.size(1);
   std::vector<torch::Tensor> fills;
   for (size_t i = 0; i < rects.size(); ++i) {
@@ -116,7 +118,7 @@ torch::Tensor apply_erasing(const std::string& mode, const torch::Tensor& input,
   }
   std::vector<torch::Tensor> flat;
   for (const torch::Tensor& f : fills) flat.push_back(f.reshape({-1}));
-  const torch::Tensor all = torch::cat(flat).to(input.device(), input.scalar_type());
+  const torch::Tensor all = to_device_async(torch::cat(flat), input.device(), input.scalar_type());
   torch::Tensor out = input.clone();
   int64_t offset = 0;
   size_t k = 0;

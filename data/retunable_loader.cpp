@@ -13,6 +13,7 @@ void add(StageTimes& to, const StageTimes& t) {
   to.transform += t.transform;
   to.wait += t.wait;
   to.copy += t.copy;
+  to.batch_ops += t.batch_ops;
   to.samples += t.samples;
   to.batches += t.batches;
   to.bad_samples += t.bad_samples;

@@ -15,9 +15,7 @@
 #endif
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +25,8 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "distributed/group_detail.h"
+#include "distributed/watchdog.h"
 
 namespace stoker::distributed {
 
@@ -41,20 +41,8 @@ bool lost_connection(const std::string& message) {
 namespace {
 
 using BackendType = c10d::ProcessGroup::BackendType;
-using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
-
-// Runs `f`, turning c10d's and gloo's errors into a stoker::Error that says what was being done.
-template <typename F>
-auto guarded(const std::string& what, F f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    const std::string message = e.what();
-    const std::string first = message.substr(0, message.find('\n'));
-    STOKER_FAIL("distributed training: {} failed ({}){}", what, first,
-                lost_connection(first) ? "; another rank has probably stopped or died first: its output says why" : "");
-  }
-}
+using detail::guarded;
+using detail::PG;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -117,11 +105,11 @@ PG make_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchInfo& la
 }
 
 // distributed::DataParallel over a c10d::Reducer.
-class ReducerDataParallel final : public DataParallel {
+class ReducerDataParallel final : public detail::GroupCollectives<DataParallel> {
  public:
   ReducerDataParallel(PG group, torch::Device device, std::vector<torch::Tensor> params,
                       std::unordered_map<size_t, std::string> names, const ProcessGroupOptions& o)
-      : group_(std::move(group)), device_(device), params_(params) {
+      : GroupCollectives(std::move(group)), device_(device), params_(params) {
     STOKER_CHECK(o.grad_sync == "overlap" || o.grad_sync == "after_backward" || o.grad_sync == "none",
                  "gradient sync '{}' is not overlap, after_backward or none", o.grad_sync);
     sync_after_backward_ = o.grad_sync == "after_backward";
@@ -140,9 +128,6 @@ class ReducerDataParallel final : public DataParallel {
                                                /*use_python_reducer=*/false,
                                                /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
   }
-
-  int64_t rank() const override { return group_->getRank(); }
-  int64_t world_size() const override { return group_->getSize(); }
 
   void before_backward(bool sync) override {
     if (!sync || !reducer_) return;  // no prepare_for_backward: the Reducer's hooks leave the gradients local
@@ -178,126 +163,56 @@ class ReducerDataParallel final : public DataParallel {
     for (size_t i = 0; i < values.size(); ++i) values[i] = host[static_cast<int64_t>(i)].item<double>();
   }
 
-  void broadcast(std::vector<torch::Tensor> tensors) override {
-    if (tensors.empty()) return;
-    torch::NoGradGuard no_grad;
-    guarded("broadcasting from rank 0", [&] {
-      c10d::broadcast_coalesced(group_, tensors, /*buffer_size=*/256u << 20, /*rank=*/0);
-      return 0;
-    });
-  }
 
  private:
-  PG group_;
   torch::Device device_;
   bool sync_after_backward_ = false;  // grad_sync "after_backward"
   std::vector<torch::Tensor> params_;
   std::unique_ptr<c10d::Reducer> reducer_;  // none with grad_sync other than "overlap"
 };
 
-}  // namespace
+// ---- the peer watchdog's store ---------------------------------------------------------------------------
 
-// ---- the peer watchdog ----------------------------------------------------------------------------------
-
-PeerWatch::PeerWatch(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout, Clock::time_point start)
-    : rank_(rank), timeout_(timeout), values_(world_size), changed_(world_size, start) {}
-
-void PeerWatch::beat(int64_t peer, const std::string& value, Clock::time_point now) {
-  if (value == values_[peer]) return;
-  values_[peer] = value;
-  changed_[peer] = now;
-}
-
-std::optional<std::pair<int64_t, std::chrono::milliseconds>> PeerWatch::silent(Clock::time_point now) const {
-  for (int64_t r = 0; r < static_cast<int64_t>(values_.size()); ++r) {
-    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - changed_[r]);
-    if (r != rank_ && quiet > timeout_) return std::make_pair(r, quiet);
-  }
-  return std::nullopt;
-}
-
-namespace {
-
-// Beats this rank's heartbeat into the store once a second and reads the others'; when one stops
-// (or a rank left a failure report), records why and aborts the group, which makes the blocked or
-// next collective fail here: the run then names the rank (ProcessGroup::lost_peer).
-class Watchdog {
+// distributed/watchdog.h's HeartbeatStore over a c10d store.
+class C10dHeartbeatStore final : public HeartbeatStore {
  public:
-  Watchdog(c10::intrusive_ptr<c10d::Store> store, PG group, const LaunchInfo& launch, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), group_(std::move(group)), launch_(launch),
-        watch_(launch.rank, launch.world_size, timeout, PeerWatch::Clock::now()), thread_([this] { run(); }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
+  explicit C10dHeartbeatStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::string& value) override { store_->set(key, value); }
+  std::optional<std::string> get_if_set(const std::string& key) override {
+    if (!store_->check({key})) return std::nullopt;
+    const std::vector<uint8_t> bytes = store_->get(key);
+    return std::string(bytes.begin(), bytes.end());
   }
-  std::optional<std::string> lost() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return lost_;
-  }
+  int64_t add(const std::string& key, int64_t delta) override { return store_->add(key, delta); }
 
  private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (int64_t beat = 0; !stopping_ && !lost_; ++beat) {
-      lock.unlock();
-      std::optional<std::string> why = look(beat);
-      lock.lock();
-      if (why) {
-        lost_ = why;
-        lock.unlock();
-        try {
-          group_->abort();  // NCCL: the communicators are aborted and blocked collectives fail
-        } catch (const std::exception&) {
-        }
-        return;
-      }
-      wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
-    }
-  }
-
-  // One round: this rank's beat out, the others' in; why to give up, if it is time.
-  std::optional<std::string> look(int64_t beat) {
-    const auto now = PeerWatch::Clock::now();
-    try {
-      store_->set(fmt::format("beat/{}", launch_.rank), std::to_string(beat));
-      for (int64_t r = 0; r < launch_.world_size; ++r) {
-        if (r == launch_.rank) continue;
-        if (store_->check({fmt::format("failure/{}", r)})) {
-          const std::vector<uint8_t> bytes = store_->get(fmt::format("failure/{}", r));
-          return fmt::format("rank {} failed: {}", r, std::string(bytes.begin(), bytes.end()));
-        }
-        const std::string key = fmt::format("beat/{}", r);
-        if (store_->check({key})) {
-          const std::vector<uint8_t> bytes = store_->get(key);
-          watch_.beat(r, std::string(bytes.begin(), bytes.end()), now);
-        }
-      }
-    } catch (const std::exception&) {
-      return std::string(launch_.agent_store ? "the launcher's rendezvous store cannot be reached (the launcher stopped?)"
-                                             : "rank 0 stopped answering: the rendezvous store it hosts is gone");
-    }
-    if (const auto silent = watch_.silent(now)) {
-      return fmt::format("rank {} stopped answering: no heartbeat for {} s (killed, frozen or its node lost: its "
-                         "output, the launcher's or the kernel log (dmesg) says why)",
-                         silent->first, silent->second.count() / 1000);
-    }
-    return std::nullopt;
-  }
-
   c10::intrusive_ptr<c10d::Store> store_;
-  PG group_;
-  LaunchInfo launch_;
-  PeerWatch watch_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::optional<std::string> lost_;
-  std::thread thread_;  // last: started once the members above exist
 };
+
+// Sets the backend's communicators up now, while every rank is here (see ProcessGroup::join).
+void connect_now(const PG& group, torch::Device device) {
+  std::vector<at::Tensor> one = {torch::ones({1}, torch::TensorOptions().device(device))};
+  guarded("the first all-reduce, which sets up the communicators while joining", [&] {
+    return group->allreduce(one)->wait();
+  });
+}
+
+// The watchdog of this rank, on a store connection of its own (a clone of `store`: issue 33, G18).
+std::unique_ptr<Watchdog> start_watchdog(const c10::intrusive_ptr<c10d::Store>& store, const PG& group,
+                                         const LaunchInfo& launch, const ProcessGroupOptions& o) {
+  c10::intrusive_ptr<c10d::Store> own =
+      guarded("connecting the peer watchdog to the rendezvous store", [&] { return store->clone(); });
+  own->setTimeout(std::max<std::chrono::milliseconds>(o.peer_timeout, std::chrono::seconds(5)));
+  WatchdogOptions w;
+  w.peer_timeout = o.peer_timeout;
+  w.abort_grace = o.abort_grace;
+  w.abort = [group] { group->abort(); };
+  w.end_process = o.end_process;
+  w.store_gone = launch.agent_store ? "the launcher's rendezvous store cannot be reached (the launcher stopped?)"
+                                    : "rank 0 stopped answering: the rendezvous store it hosts is gone";
+  return std::make_unique<Watchdog>(launch.rank, launch.world_size, std::make_unique<C10dHeartbeatStore>(own),
+                                    std::move(w));
+}
 
 }  // namespace
 
@@ -324,9 +239,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch
   impl->options = options;
   impl->store = connect_store(launch, options);
   impl->group = make_group(impl->store, launch, device, options, impl->backend);
+  connect_now(impl->group, device);
   const bool watch = options.peer_timeout.count() > 0 && launch.world_size > 1 &&
                      (impl->backend == "nccl" || options.watch_peers_on_gloo);
-  if (watch) impl->watchdog = std::make_unique<Watchdog>(impl->store, impl->group, launch, options.peer_timeout);
+  if (watch) impl->watchdog = start_watchdog(impl->store, impl->group, launch, options);
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -349,6 +265,22 @@ std::shared_ptr<DataParallel> ProcessGroup::data_parallel(torch::nn::Module& mod
                                                   impl_->options);
   dp->broadcast(everything);  // every rank starts from rank 0's weights and buffers
   return dp;
+}
+
+std::shared_ptr<ShardedDataParallel> ProcessGroup::sharded_data_parallel(torch::nn::Module& model) {
+  std::vector<torch::Tensor> params, everything;
+  for (const auto& p : model.parameters()) {
+    everything.push_back(p);
+    if (p.requires_grad()) params.push_back(p);
+  }
+  for (const auto& b : model.buffers()) everything.push_back(b);
+  STOKER_CHECK(!params.empty(), "distributed training: the model has no trainable parameters");
+  detail::broadcast(impl_->group, everything);  // every rank starts from rank 0's weights and buffers
+  return detail::make_sharded(impl_->group, impl_->device, std::move(params), impl_->options);
+}
+
+std::shared_ptr<Collectives> ProcessGroup::collectives() {
+  return std::make_shared<detail::GroupCollectives<Collectives>>(impl_->group);
 }
 
 std::optional<std::string> ProcessGroup::lost_peer() const {
@@ -378,7 +310,8 @@ std::string ProcessGroup::broadcast_text(const std::string& name, const std::str
 void ProcessGroup::report_failure(const std::string& message) {
   try {
     impl_->store->setTimeout(std::chrono::seconds(2));
-    impl_->store->set(fmt::format("failure/{}", rank()), message);
+    C10dHeartbeatStore store(impl_->store);
+    distributed::report_failure(store, rank(), message);
   } catch (const std::exception&) {
     // The store is gone too (its host stopped): the others learn nothing more than the lost connection.
   }
@@ -397,8 +330,8 @@ std::string ProcessGroup::explain_lost_peer(std::chrono::milliseconds wait) {
       silent.clear();
       for (int64_t r = 0; r < world_size(); ++r) {
         if (r == rank()) continue;
-        if (store.check({fmt::format("failure/{}", r)})) {
-          const std::vector<uint8_t> bytes = store.get(fmt::format("failure/{}", r));
+        if (store.check({failure_key(r)})) {
+          const std::vector<uint8_t> bytes = store.get(failure_key(r));
           failed.push_back(fmt::format("rank {} failed first: {}", r, std::string(bytes.begin(), bytes.end())));
         } else if (!store.check({fmt::format("saw/{}", r)})) {
           silent.push_back(r);

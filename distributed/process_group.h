@@ -6,10 +6,13 @@
 //   const distributed::LaunchInfo launch = distributed::launch_info_from_environment();
 //   auto group = distributed::ProcessGroup::join(launch, device);
 //   std::shared_ptr<distributed::DataParallel> dp = group->data_parallel(model);  // rank 0's weights everywhere
+//   // or ZeRO-1: gradients reduce-scattered, each rank's optimizer updates its pieces only
+//   std::shared_ptr<distributed::ShardedDataParallel> zero = group->sharded_data_parallel(model);
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,13 +40,20 @@ struct ProcessGroupOptions {
   // instead of waiting for the collective timeout (NCCL's blocked kernels notice nothing of a dead
   // peer). Training threads that are merely slow keep beating. 0: no watchdog. On for NCCL; Gloo
   // notices a dead peer at once (its socket closes), so there it is off unless set.
+  // The watchdog runs on its own store connection (distributed/watchdog.h), started once every rank
+  // has joined. When the abort does not end this process's wait (Gloo has none; an NCCL communicator
+  // being set up ignores it), it ends the process `abort_grace` later, with the reason and exit status
+  // 1 (0: never); `end_process` replaces that ending (tests).
   std::chrono::milliseconds peer_timeout = std::chrono::seconds(60);
   bool watch_peers_on_gloo = false;
+  std::chrono::milliseconds abort_grace = std::chrono::seconds(30);
+  std::function<void(const std::string&)> end_process;
 
   // Benchmarks only (bench/dist_sync_bench.cpp, through TrainRequest::process_group): "overlap" (the Reducer,
   // as above), "after_backward" (one all-reduce of all gradients once backward has returned: what
   // the Reducer's overlap is measured against) or "none" (no gradient sync at all: the ranks train
-  // apart, wrong for training, the compute-only baseline).
+  // apart, wrong for training, the compute-only baseline). ZeRO-1's buckets (sharded_data_parallel)
+  // read it the same way: reduce-scattered as backward fills them, all once it has returned, or not.
   std::string grad_sync = "overlap";
 
 };
@@ -51,28 +61,14 @@ struct ProcessGroupOptions {
 // Whether a collective's error message says that the connection to a peer was lost or timed out.
 bool lost_connection(const std::string& message);
 
-// The watchdog's bookkeeping, apart from the store so that it can be tested with numbers: each peer's
-// last heartbeat value and when it last changed.
-class PeerWatch {
- public:
-  using Clock = std::chrono::steady_clock;
-  PeerWatch(int64_t rank, int64_t world_size, std::chrono::milliseconds timeout, Clock::time_point start);
-  // A heartbeat value read for `peer` at `now` ("" when it has none yet).
-  void beat(int64_t peer, const std::string& value, Clock::time_point now);
-  // The first peer whose heartbeat has not changed for longer than the timeout, with how long, if any.
-  std::optional<std::pair<int64_t, std::chrono::milliseconds>> silent(Clock::time_point now) const;
-
- private:
-  int64_t rank_;
-  std::chrono::milliseconds timeout_;
-  std::vector<std::string> values_;
-  std::vector<Clock::time_point> changed_;
-};
-
 class ProcessGroup {
  public:
   // Joins the group that `launch` describes, for training on `device` (NCCL for CUDA devices, Gloo
-  // for the CPU). Errors say which step failed (store, backend), with the address and what to check.
+  // for the CPU), and ends with one small all-reduce, so that the backend's communicators are set up
+  // while every rank is known to be alive (NCCL otherwise sets them up at the first collective, where
+  // a rank that failed before it leaves the others in a set-up no abort can end: issue 33, G17); the
+  // peer watchdog starts then. Errors say which step failed (store, backend), with the address and
+  // what to check.
   static std::shared_ptr<ProcessGroup> join(const LaunchInfo& launch, torch::Device device,
                                             ProcessGroupOptions options = {});
   ~ProcessGroup();
@@ -86,6 +82,12 @@ class ProcessGroup {
   // parameters (buckets in reverse order of definition, all-reduced as backward fills them).
   // The model must stay alive and keep its parameters while the result is in use.
   std::shared_ptr<DataParallel> data_parallel(torch::nn::Module& model);
+  // ZeRO-1 data parallelism over `model` (distributed/data_parallel.h ShardedDataParallel): rank 0's
+  // weights and buffers broadcast here, then the trainable parameters (and their gradients) moved into
+  // flat buckets, each rank owning 1/N of every bucket. The model must stay alive while it is in use.
+  std::shared_ptr<ShardedDataParallel> sharded_data_parallel(torch::nn::Module& model);
+  // The tensor collectives over the group (SyncBatchNorm's statistics, say).
+  std::shared_ptr<Collectives> collectives();
 
   // Waits until every rank got here.
   void barrier();

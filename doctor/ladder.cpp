@@ -32,7 +32,7 @@ Bench make_bench(const RunPlan& plan) {
   Bench b;
   b.plan = plan;
   b.loader = make_loader(plan.config, plan.train_set, plan.device, "train", false, data_ranks(plan));
-  b.trainer = make_trainer(plan, make_model(plan.config, b.loader->channels()), b.loader, b.loader);
+  b.trainer = make_trainer(plan, make_model(plan.config, plan.input), b.loader, b.loader);
   apply_process_settings(plan);  // process-wide, as a training run sets them
   return b;
 }

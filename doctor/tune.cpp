@@ -290,7 +290,7 @@ BatchTrial try_batch(const Config& base, std::shared_ptr<data::Dataset> dataset,
   reset_peak_memory(device);
   auto loader = make_loader(c, std::move(dataset), device, "train");
   auto cached = doctor::device_cached_source(*loader, 2);
-  auto trainer = make_trainer(c, make_model(c, loader->channels()), loader, loader, device);
+  auto trainer = make_trainer(c, make_model(c, loader->shape()), loader, loader, device);
   // With train.cuda_graph the warm-up must cover the graph's warm-up steps and its capture, or the
   // timed steps would include them.
   const bool graph = c.train.cuda_graph && device.is_cuda();

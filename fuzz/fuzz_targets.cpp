@@ -204,13 +204,16 @@ void pickle(const uint8_t* data, size_t size) {
     if (numel < 0 || numel > (1 << 16)) throw models::pickle::Error("storage size out of range");
     return at::zeros({numel});
   };
-  c10::IValue value;
-  try {
-    value = models::pickle::unpickle(data, data + size, zeros);
-  } catch (const models::pickle::Error&) {
-    return;
+  // Strict, and lenient as model.pretrained reads training checkpoints (unknown objects kept as placeholders).
+  for (const bool lenient : {false, true}) {
+    c10::IValue value;
+    try {
+      value = models::pickle::unpickle(data, data + size, zeros, lenient);
+    } catch (const models::pickle::Error&) {
+      continue;
+    }
+    require_tensors_in_bounds(value);
   }
-  require_tensors_in_bounds(value);
 }
 
 void torch_save(const uint8_t* data, size_t size) {

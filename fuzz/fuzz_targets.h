@@ -21,7 +21,8 @@ void image(const uint8_t* data, size_t size);
 void idx(const uint8_t* data, size_t size);
 // load_cifar_dataset on the input as a CIFAR-10 test batch and as a CIFAR-100 test file.
 void cifar(const uint8_t* data, size_t size);
-// pickle::unpickle on the input as a bare pickle (storages are zero tensors of the numel named).
+// pickle::unpickle on the input as a bare pickle (storages are zero tensors of the numel named), strict and
+// lenient.
 void pickle(const uint8_t* data, size_t size);
 // read_torch_save on the input as a torch.save zip file.
 void torch_save(const uint8_t* data, size_t size);

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include "models/onnx_export.h"
+
 namespace stoker::models {
 namespace nn = torch::nn;
 
@@ -12,7 +14,7 @@ namespace {
 // The projection shortcut where the block changes the shape (stride or channels), else empty.
 nn::Sequential shortcut_for(int64_t in, int64_t out, int64_t stride) {
   if (stride == 1 && in == out) return nullptr;
-  return nn::Sequential(conv1x1(in, out, stride), nn::BatchNorm2d(out));
+  return nn::Sequential(conv1x1(in, out, stride), BatchNorm2d(out));
 }
 }  // namespace
 
@@ -54,18 +56,23 @@ nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) {
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
-                               const std::string& shortcut_name) {
+                               const std::string& shortcut_name)
+    : shortcut_name_(shortcut_name) {
   // Registration (and so default-initialisation) order: conv1, bn1, conv2, bn2, shortcut.
   conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1));
-  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes));
   if (nn::Sequential s = shortcut_for(inplanes, planes * expansion, stride)) {
     shortcut = register_module(shortcut_name, s);
   }
 }
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
+  return run_block(*this, x, [this](const torch::Tensor& in) { return body(in); });
+}
+
+torch::Tensor BasicBlockImpl::body(const torch::Tensor& x) {
   torch::Tensor out = torch::relu(bn1(conv1(x)));
   out = drop_path(bn2(conv2(out)), drop_path_, is_training());
   out += shortcut ? shortcut->forward(x) : x;
@@ -74,22 +81,43 @@ torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
   conv1 = register_module("conv1", conv1x1(inplanes, planes, 1));
-  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  bn1 = register_module("bn1", BatchNorm2d(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, stride));
-  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  bn2 = register_module("bn2", BatchNorm2d(planes));
   conv3 = register_module("conv3", conv1x1(planes, planes * expansion, 1));
-  bn3 = register_module("bn3", nn::BatchNorm2d(planes * expansion));
+  bn3 = register_module("bn3", BatchNorm2d(planes * expansion));
   if (nn::Sequential s = shortcut_for(inplanes, planes * expansion, stride)) {
     downsample = register_module("downsample", s);
   }
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  return run_block(*this, x, [this](const torch::Tensor& in) { return body(in); });
+}
+
+torch::Tensor BottleneckImpl::body(const torch::Tensor& x) {
   torch::Tensor out = torch::relu(bn1(conv1(x)));
   out = torch::relu(bn2(conv2(out)));
   out = drop_path(bn3(conv3(out)), drop_path_, is_training());
   out += downsample ? downsample->forward(x) : x;
   return torch::relu(out);
+}
+
+// relu(bn1(conv1(x))), bn2(conv2(.)), plus the shortcut, relu: as forward, drop_path the identity.
+std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x) {
+  std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
+  out = e.child(block, "bn2", e.child(block, "conv2", out));
+  const std::string& name = block.shortcut_name();
+  const std::string shortcut = e.has_child(block, name) ? e.child(block, name, x) : x;
+  return e.op("Relu", {e.op("Add", {out, shortcut})});
+}
+
+std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x) {
+  std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
+  out = e.op("Relu", {e.child(block, "bn2", e.child(block, "conv2", out))});
+  out = e.child(block, "bn3", e.child(block, "conv3", out));
+  const std::string shortcut = e.has_child(block, "downsample") ? e.child(block, "downsample", x) : x;
+  return e.op("Relu", {e.op("Add", {out, shortcut})});
 }
 
 }  // namespace stoker::models

@@ -8,7 +8,9 @@
 // (`conv1`, `bn1`, `conv2`, `bn2`, `downsample.0`, `downsample.1`), so state dicts move between
 // Stoker and Python; a caller may name the shortcut otherwise (the compact ResNet keeps its
 // historical `shortcut`). The blocks leave initialisation to the network (init_resnet_weights in
-// models/resnet.h for the torchvision-style ones, libtorch's defaults for the compact ResNet).
+// models/resnet.h for the torchvision-style ones, libtorch's defaults for the compact ResNet). Their
+// batch norms are models::BatchNorm2d (distributed.sync_batchnorm reaches them), and each block is a
+// CheckpointableBlock (model.activation_checkpointing).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,12 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 
+#include "models/activation_checkpointing.h"
+#include "models/batch_norm.h"
+
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // Stochastic depth (Huang et al. 2016; timm's drop_path, torchvision's StochasticDepth "row"): in
 // training, each sample's residual branch is dropped with probability `rate` and the kept ones are
@@ -42,7 +49,7 @@ torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride);
 torch::nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride);
 
 // conv3x3(stride) - bn - relu - conv3x3 - bn, plus the shortcut, then relu.
-class BasicBlockImpl : public torch::nn::Module {
+class BasicBlockImpl : public torch::nn::Module, public CheckpointableBlock {
  public:
   static constexpr int64_t expansion = 1;
   // `shortcut_name` names the projection shortcut's submodule when there is one.
@@ -52,18 +59,23 @@ class BasicBlockImpl : public torch::nn::Module {
   // The probability of dropping the residual branch of a training sample (drop_path); 0 = never.
   void set_drop_path(double rate) { drop_path_ = rate; }
   double drop_path_rate() const { return drop_path_; }
+  // The name of the projection shortcut's submodule ("downsample", or the compact ResNet's
+  // "shortcut"); it has none when the shortcut is the identity.
+  const std::string& shortcut_name() const { return shortcut_name_; }
 
  private:
+  torch::Tensor body(const torch::Tensor& x);
   double drop_path_ = 0.0;
+  std::string shortcut_name_;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr};
   torch::nn::Sequential shortcut{nullptr};  // empty for the identity
 };
 TORCH_MODULE(BasicBlock);
 
 // torchvision's Bottleneck, v1.5 (the stride on the 3x3 convolution): conv1x1 - bn - relu -
 // conv3x3(stride) - bn - relu - conv1x1 (planes * 4) - bn, plus the shortcut, then relu.
-class BottleneckImpl : public torch::nn::Module {
+class BottleneckImpl : public torch::nn::Module, public CheckpointableBlock {
  public:
   static constexpr int64_t expansion = 4;
   BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride);
@@ -72,11 +84,17 @@ class BottleneckImpl : public torch::nn::Module {
   double drop_path_rate() const { return drop_path_; }
 
  private:
+  torch::Tensor body(const torch::Tensor& x);
   double drop_path_ = 0.0;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Sequential downsample{nullptr};  // empty for the identity
 };
 TORCH_MODULE(Bottleneck);
+
+// The blocks' ONNX exporters (models/onnx_export.h): their eval-mode forwards, in which stochastic
+// depth is the identity.
+std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x);
+std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x);
 
 }  // namespace stoker::models

@@ -5,6 +5,8 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 #include "models/resnet.h"  // init_resnet_weights
 
 namespace stoker::models {
@@ -19,7 +21,7 @@ CifarResNetImpl::CifarResNetImpl(int64_t depth, int64_t num_classes, int64_t in_
   const int64_t n = (depth - 2) / 6;
   conv1 = register_module(
       "conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 16, 3).stride(1).padding(1).bias(false)));
-  bn1 = register_module("bn1", nn::BatchNorm2d(16));
+  bn1 = register_module("bn1", BatchNorm2d(16));
   layer1 = register_module("layer1", make_stage(16, n, 1));
   layer2 = register_module("layer2", make_stage(32, n, 2));
   layer3 = register_module("layer3", make_stage(64, n, 2));
@@ -43,6 +45,12 @@ torch::Tensor CifarResNetImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = torch::relu(bn1(conv1(x)));
   out = layer3->forward(layer2->forward(layer1->forward(out)));
   return fc(torch::flatten(avgpool(out), 1));
+}
+
+std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, const std::string& x) {
+  std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
+  for (const char* layer : {"layer1", "layer2", "layer3"}) y = e.child(net, layer, y);
+  return e.child(net, "fc", onnx_flatten(e, e.child(net, "avgpool", y)));
 }
 
 }  // namespace stoker::models

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -30,7 +31,11 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include "models/batch_norm.h"
+
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 class CifarResNetImpl : public torch::nn::Module {
  public:
@@ -43,12 +48,15 @@ class CifarResNetImpl : public torch::nn::Module {
 
   int64_t inplanes_ = 16;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr};
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
   torch::nn::Linear fc{nullptr};
 };
 TORCH_MODULE(CifarResNet);
+
+// The ONNX exporter of the CIFAR ResNets (models/onnx_export.h): their forward.
+std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, const std::string& x);
 
 inline CifarResNet cifar_resnet20(int64_t num_classes = 10, int64_t in_channels = 3) {
   return CifarResNet(20, num_classes, in_channels);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -32,11 +33,15 @@ TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> bl
   return TypedOptions("compact_resnet", std::move(options));
 }
 
+std::vector<LayerGroup> compact_resnet_layer_groups() {
+  return {{"stem", {{"^features\\.stem_"}}}, {"blocks", {{"^features\\.stage(\\d+)_block(\\d+)"}}}};
+}
+
 CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const ModelShape& shape) {
   spec.check();
   nn::Sequential body;
   body->push_back("stem_conv", conv3x3(shape.in_channels, spec.widths[0], 1));
-  body->push_back("stem_bn", nn::BatchNorm2d(spec.widths[0]));
+  body->push_back("stem_bn", BatchNorm2d(spec.widths[0]));
   body->push_back("stem_relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
   int64_t channels = spec.widths[0];
   for (size_t stage = 0; stage < spec.widths.size(); ++stage) {
@@ -57,6 +62,10 @@ CompactResNetImpl::CompactResNetImpl(const CompactResNetOptions& spec, const Mod
 
 torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
+}
+
+std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
+  return e.child(net, "classifier", e.child(net, "dropout", e.child(net, "features", x)));
 }
 
 }  // namespace stoker::models

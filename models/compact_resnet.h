@@ -16,12 +16,16 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // compact_resnet's own keys (model.widths, model.blocks, model.dropout, model.drop_path_rate).
 struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
@@ -36,6 +40,10 @@ struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
 // compact_resnet with these options, as the model registry builds it (for code and tests).
 TypedOptions compact_resnet(std::vector<int64_t> widths, std::vector<int64_t> blocks, double dropout = 0.0);
 
+// compact_resnet's layers for optimizer.layer_decay, in the manner of the ResNets': the stem
+// (features.stem_*), each block features.stage<s>_block<b>, then the classifier.
+std::vector<LayerGroup> compact_resnet_layer_groups();
+
 class CompactResNetImpl : public torch::nn::Module {
  public:
   CompactResNetImpl(const CompactResNetOptions& options, const ModelShape& shape);
@@ -47,5 +55,8 @@ class CompactResNetImpl : public torch::nn::Module {
   torch::nn::Linear classifier{nullptr};
 };
 TORCH_MODULE(CompactResNet);
+
+// The compact ResNet's ONNX exporter (models/onnx_export.h): features, dropout (the identity), classifier.
+std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

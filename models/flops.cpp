@@ -38,6 +38,17 @@ struct ConvolutionContext : at::ObserverContext {
 
 bool is(const at::RecordFunction& fn, const char* name) { return std::strcmp(fn.name(), name) == 0; }
 
+// The fused kernels at::scaled_dot_product_attention dispatches to (the CPU's flash kernel; CUDA's
+// flash, memory-efficient and cuDNN ones); its math fallback runs bmm, counted as such.
+bool is_fused_attention(const at::RecordFunction& fn) {
+  for (const char* kernel : {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
+                             "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+                             "aten::_scaled_dot_product_fused_attention_overrideable"}) {
+    if (is(fn, kernel)) return true;
+  }
+  return false;
+}
+
 std::unique_ptr<at::ObserverContext> on_operator_start(const at::RecordFunction& fn) {
   if (counting == nullptr) return nullptr;
   const auto inputs = fn.inputs();
@@ -49,13 +60,24 @@ std::unique_ptr<at::ObserverContext> on_operator_start(const at::RecordFunction&
     context->transposed = inputs[6].toBool();
     return context;
   }
-  // [n, k] x [k, m] (addmm: self, mat1, mat2; mm: mat1, mat2; bmm: [b, n, k] x [b, k, m]).
-  const bool addmm = is(fn, "aten::addmm");
-  const size_t a = addmm ? 1 : 0;
-  if ((addmm || is(fn, "aten::mm") || is(fn, "aten::bmm")) && inputs.size() > a + 1 &&
+  // [n, k] x [k, m] (addmm: self, mat1, mat2; mm: mat1, mat2; bmm: [b, n, k] x [b, k, m]; baddbmm:
+  // self, batch1, batch2). Linear layers reach addmm or mm whatever their input's rank (ATen folds the
+  // leading dimensions), attention's math path bmm.
+  const bool with_self = is(fn, "aten::addmm") || is(fn, "aten::baddbmm");
+  const size_t a = with_self ? 1 : 0;
+  if ((with_self || is(fn, "aten::mm") || is(fn, "aten::bmm")) && inputs.size() > a + 1 &&
       inputs[a].isTensor() && inputs[a + 1].isTensor()) {
     counting->matmul_macs += numel(inputs[a]) * static_cast<double>(inputs[a + 1].toTensor().size(-1));
     ++counting->matmuls;
+  } else if (is_fused_attention(fn) && inputs.size() >= 3 && inputs[0].isTensor() && inputs[1].isTensor() &&
+             inputs[2].isTensor()) {
+    // q [.., L, E], k [.., S, E], v [.., S, Ev]: q k^T takes L x S x E products per batch and head,
+    // the weights times v L x S x Ev (torch.utils.flop_counter's sdpa_flop_count).
+    const at::Tensor& q = inputs[0].toTensor();
+    const double rows = numel(inputs[0]) / static_cast<double>(q.size(-1));  // batch x heads x L
+    const auto s = static_cast<double>(inputs[1].toTensor().size(-2));
+    counting->matmul_macs += rows * s * static_cast<double>(q.size(-1) + inputs[2].toTensor().size(-1));
+    counting->matmuls += 2;
   }
   return nullptr;
 }

@@ -6,10 +6,10 @@
 // - mfu: achieved / peak.
 //
 // Convention (as in the PaLM paper's MFU and torch.utils.flop_counter): FLOPs = 2 x MACs, counted
-// for convolutions and matrix products only (batch norm, ReLU, pooling, additions are left out, as
-// torchvision's "GFLOPS" column, which is in fact MACs: resnet18 at 224x224 = 1.81 G MACs = 3.63
-// GFLOPs). A training step costs 3 x the forward pass (forward, and the backward's two products
-// per layer: the input's and the weights' gradients).
+// for convolutions and matrix products only (attention's q k^T and weights x v among them; batch
+// norm, ReLU, pooling, additions are left out, as torchvision's "GFLOPS" column, which is in fact
+// MACs: resnet18 at 224x224 = 1.81 G MACs = 3.63 GFLOPs). A training step costs 3 x the forward
+// pass (forward, and the backward's two products per layer: the input's and the weights' gradients).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ namespace stoker::models {
 
 struct FlopCount {
   double conv_macs = 0;    // every aten::convolution (conv1d/2d/3d, transposed, grouped)
-  double matmul_macs = 0;  // aten::addmm, aten::mm, aten::bmm (Linear, matmul)
+  double matmul_macs = 0;  // aten::addmm, mm, bmm, baddbmm (Linear, matmul) and the fused attention kernels
   int64_t convolutions = 0, matmuls = 0;
   double macs() const { return conv_macs + matmul_macs; }
   double flops() const { return 2 * macs(); }

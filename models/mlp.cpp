@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -19,6 +21,8 @@ void MlpOptions::check() const {
     if (h < 1) STOKER_FAIL("hidden widths must be at least 1, got {}", h);
   }
 }
+
+std::vector<LayerGroup> mlp_layer_groups() { return {{"hidden", {{"^layers\\.fc(\\d+)"}}}}; }
 
 MlpImpl::MlpImpl(const MlpOptions& spec, const ModelShape& shape) : pool_(spec.pool) {
   spec.check();
@@ -36,6 +40,11 @@ MlpImpl::MlpImpl(const MlpOptions& spec, const ModelShape& shape) : pool_(spec.p
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   const torch::Tensor pooled = torch::adaptive_avg_pool2d(x, {pool_, pool_});
   return layers->forward(pooled.flatten(1));
+}
+
+std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x) {
+  const std::string pooled = onnx_adaptive_avg_pool2d(e, x, net.pool(), net.pool());
+  return e.child(net, "layers", onnx_flatten(e, pooled));
 }
 
 }  // namespace stoker::models

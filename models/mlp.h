@@ -11,12 +11,16 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 #include "models/shape.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // mlp's own keys (model.hidden, model.pool).
 struct MlpOptions : TypeOptionsOf<MlpOptions> {
@@ -26,15 +30,23 @@ struct MlpOptions : TypeOptionsOf<MlpOptions> {
   void check() const override;
 };
 
+// mlp's layers for optimizer.layer_decay: each hidden layer layers.fc<i>, then the classifier.
+std::vector<LayerGroup> mlp_layer_groups();
+
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const MlpOptions& options, const ModelShape& shape);
   torch::Tensor forward(const torch::Tensor& x);
+  int64_t pool() const { return pool_; }
 
  private:
   int64_t pool_ = 4;
   torch::nn::Sequential layers{nullptr};
 };
 TORCH_MODULE(Mlp);
+
+// The MLP's ONNX exporter (models/onnx_export.h): the adaptive pooling (whose window must divide the
+// input size), flatten, the layers.
+std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x);
 
 }  // namespace stoker::models

@@ -36,8 +36,8 @@ bool is_any_global(const c10::IValue& v) {
 class Unpickler {
  public:
   // [begin, end) is the pickle; it must outlive the Unpickler.
-  Unpickler(const StorageLoader& load_storage, const uint8_t* begin, const uint8_t* end)
-      : load_storage_(load_storage), pos_(begin), end_(end) {}
+  Unpickler(const StorageLoader& load_storage, const uint8_t* begin, const uint8_t* end, bool lenient)
+      : load_storage_(load_storage), pos_(begin), end_(end), lenient_(lenient) {}
 
   c10::IValue run() {
     while (true) {
@@ -109,6 +109,7 @@ class Unpickler {
   void set_dict_items(uint8_t code);
   void push_global(uint8_t code);
   void reduce(uint8_t code);
+  void new_object(uint8_t code);
   void build(uint8_t code);
   void load_persistent_storage(uint8_t code);
   void memo_put(uint8_t code);
@@ -119,6 +120,7 @@ class Unpickler {
   void push_constant(uint8_t code);
 
   c10::IValue call(const c10::IValue& callable, const c10::IValue& args);
+  c10::IValue opaque(const c10::IValue& global) const;
   void place(const c10::IValue& parent, const c10::IValue& child);
   void check_changeable(const c10::IValue& container);
   int64_t take_long1();
@@ -126,6 +128,7 @@ class Unpickler {
   const StorageLoader& load_storage_;
   const uint8_t* pos_;
   const uint8_t* end_;
+  bool lenient_ = false;
   std::vector<c10::IValue> stack_;
   std::vector<size_t> marks_;
   std::map<uint32_t, c10::IValue> memo_;
@@ -185,6 +188,7 @@ const std::array<Unpickler::Handler, 256>& Unpickler::handlers() {
     set({op::kSetItem, op::kSetItems}, &Unpickler::set_dict_items);
     set({op::kGlobal}, &Unpickler::push_global);
     set({op::kReduce}, &Unpickler::reduce);
+    set({op::kNewObj}, &Unpickler::new_object);
     set({op::kBuild}, &Unpickler::build);
     set({op::kBinPersId}, &Unpickler::load_persistent_storage);
     set({op::kBinPut, op::kLongBinPut, op::kMemoize}, &Unpickler::memo_put);
@@ -280,6 +284,22 @@ void Unpickler::push_global(uint8_t) {
 void Unpickler::reduce(uint8_t) {
   c10::IValue args = pop(), callable = pop();
   stack_.push_back(call(callable, args));
+}
+
+// NEWOBJ: cls.__new__(cls, *args), how protocol 2 pickles an instance of a plain class.
+void Unpickler::new_object(uint8_t) {
+  const c10::IValue args = pop(), cls = pop();
+  if (!lenient_ || !is_any_global(cls)) {
+    fail("it makes an object of " + (is_any_global(cls) ? cls.toStringRef().substr(1) : std::string("a class")) +
+         ", which a state dict of tensors does not");
+  }
+  stack_.push_back(opaque(cls));
+}
+
+c10::IValue Unpickler::opaque(const c10::IValue& global) const {
+  c10::impl::GenericDict dict(c10::AnyType::get(), c10::AnyType::get());
+  dict.insert(std::string(kOpaqueClassKey), global.toStringRef().substr(1));
+  return dict;
 }
 
 void Unpickler::build(uint8_t) {
@@ -387,6 +407,7 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
   if (is_global(callable, "torch.jit._pickle.restore_type_tag") && !a.empty()) {
     return a[0];  // torch::pickle_save's type annotation of a container
   }
+  if (lenient_ && is_any_global(callable)) return opaque(callable);
   fail("it calls " + (is_any_global(callable) ? callable.toStringRef().substr(1) : "something") +
        ", which a state dict of tensors does not");
 }
@@ -394,9 +415,9 @@ c10::IValue Unpickler::call(const c10::IValue& callable, const c10::IValue& args
 
 }  // namespace
 
-c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage) {
+c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage, bool lenient) {
   try {
-    return Unpickler(load_storage, begin, end).run();
+    return Unpickler(load_storage, begin, end, lenient).run();
   } catch (const c10::Error& e) {
     // libtorch refused what the pickle asked of it: a tensor view reaching outside its storage
     // (as_strided), or an IValue of another type where a number or a tuple belongs.

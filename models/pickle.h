@@ -6,7 +6,8 @@
 // dict), numbers, strings, None/True/False, the memo, persistent ids for storages, and REDUCE on
 // the globals collections.OrderedDict, torch._utils._rebuild_tensor_v2 / _rebuild_parameter and
 // torch.jit._pickle.restore_type_tag; BUILD only on a dict (an OrderedDict's _metadata, dropped).
-// Anything else (a pickled module, a custom class) is refused, naming the opcode or the global.
+// Anything else (a pickled module, a custom class) is refused, naming the opcode or the global, or
+// in lenient mode kept as an opaque placeholder (see unpickle).
 // models/torch_save.h wraps it in torch.save's zip file and writes the pickles this reads.
 #pragma once
 
@@ -26,7 +27,7 @@ constexpr uint8_t kMark = '(', kEmptyTuple = ')', kTuple = 't', kTuple1 = 0x85, 
                   kTuple3 = 0x87;
 constexpr uint8_t kEmptyDict = '}', kEmptyList = ']', kAppend = 'a', kAppends = 'e',
                   kSetItem = 's', kSetItems = 'u';
-constexpr uint8_t kGlobal = 'c', kReduce = 'R', kBuild = 'b', kBinPersId = 'Q';
+constexpr uint8_t kGlobal = 'c', kReduce = 'R', kBuild = 'b', kBinPersId = 'Q', kNewObj = 0x81;
 constexpr uint8_t kBinPut = 'q', kLongBinPut = 'r', kMemoize = 0x94, kBinGet = 'h',
                   kLongBinGet = 'j';
 constexpr uint8_t kBinInt1 = 'K', kBinInt2 = 'M', kBinInt = 'J', kLong1 = 0x8a, kBinFloat = 'G';
@@ -47,9 +48,16 @@ class Error : public std::runtime_error {
 using StorageLoader = std::function<at::Tensor(const std::string& storage_class,
                                                const std::string& key, int64_t numel)>;
 
+// The key under which a lenient unpickle records the class of an object it did not rebuild.
+inline constexpr const char* kOpaqueClassKey = "\x01class";
+
 // Runs the pickle [begin, end) and returns the object it builds: dicts and OrderedDicts as
 // GenericDicts, tensors as views (as_strided) of the storages `load_storage` returns.
-// Throws pickle::Error.
-c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage);
+// `lenient`: objects of other classes (a training checkpoint's argparse.Namespace, Lightning's
+// hyper-parameters, numpy scalars), built by REDUCE or NEWOBJ, become dicts holding only
+// {kOpaqueClassKey: "module.Class"} (and the items SETITEMS puts in them), so that the tensors of a
+// checkpoint around a state dict can be found; nothing is ever called. Throws pickle::Error.
+c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage,
+                     bool lenient = false);
 
 }  // namespace stoker::models::pickle

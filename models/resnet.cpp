@@ -5,8 +5,14 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
+#include "models/onnx_export.h"
+#include "models/onnx_nn.h"
 
 namespace stoker::models {
+
+std::vector<LayerGroup> resnet_layer_groups() {
+  return {{"stem", {{"^conv1|bn1|maxpool"}}}, {"blocks", {{"^layer(\\d+)\\.(\\d+)"}}}};
+}
 namespace nn = torch::nn;
 
 void ResNetOptions::visit(OptionsVisitor& v) {
@@ -33,7 +39,7 @@ ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, int64_t n
                in_channels);
   conv1 = register_module(
       "conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)));
-  bn1 = register_module("bn1", nn::BatchNorm2d(64));
+  bn1 = register_module("bn1", BatchNorm2d(64));
   maxpool = register_module("maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   layer1 = register_module("layer1", make_layer(block, 64, layers[0], 1));
   layer2 = register_module("layer2", make_layer(block, 128, layers[1], 2));
@@ -65,6 +71,13 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = maxpool(torch::relu(bn1(conv1(x))));
   y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
   return fc(torch::flatten(avgpool(y), 1));
+}
+
+std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x) {
+  std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
+  y = e.child(net, "maxpool", y);
+  for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) y = e.child(net, layer, y);
+  return e.child(net, "fc", onnx_flatten(e, e.child(net, "avgpool", y)));
 }
 
 ResNet resnet18(int64_t num_classes, int64_t in_channels) {

@@ -20,12 +20,18 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include "models/batch_norm.h"
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/options.h"
+#include "models/layer_groups.h"
 
 namespace stoker::models {
+
+class OnnxExport;  // models/onnx_export.h
 
 // The own keys of the torchvision-style and CIFAR ResNets: model.drop_path_rate, stochastic depth
 // rising linearly over the blocks from 0 to the rate (models/blocks.h apply_drop_path; timm
@@ -38,6 +44,10 @@ struct ResNetOptions : TypeOptionsOf<ResNetOptions> {
 // torchvision's initialisation (zero_init_residual=False): Kaiming-normal (fan-out, ReLU) for every
 // convolution, weight 1 and bias 0 for every batch norm; linear layers keep their default.
 void init_resnet_weights(torch::nn::Module& model);
+
+// The layers of the torchvision-layout and CIFAR ResNets for optimizer.layer_decay: timm's
+// ResNet.group_matcher(coarse=False): the stem (conv1, bn1), then each block layer<i>.<j>, then fc.
+std::vector<LayerGroup> resnet_layer_groups();
 
 enum class ResNetBlock { basic, bottleneck };
 
@@ -55,7 +65,7 @@ class ResNetImpl : public torch::nn::Module {
 
   int64_t inplanes_ = 64;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   torch::nn::MaxPool2d maxpool{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
@@ -67,5 +77,8 @@ ResNet resnet18(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet34(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet50(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet101(int64_t num_classes = 1000, int64_t in_channels = 3);
+
+// The ONNX exporter of the torchvision-style ResNets (models/onnx_export.h): their forward.
+std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

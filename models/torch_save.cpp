@@ -179,7 +179,7 @@ class StorageRecords {
 };
 
 // Opens the zip, checks the byte order and runs the pickle in data.pkl.
-c10::IValue unpickle_file(const std::string& name, std::istream& in) {
+c10::IValue unpickle_file(const std::string& name, std::istream& in, bool lenient) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
     zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
@@ -197,7 +197,8 @@ c10::IValue unpickle_file(const std::string& name, std::istream& in) {
   try {
     return pickle::unpickle(begin, begin + size,
                             [&](const std::string& storage_class, const std::string& key,
-                                int64_t numel) { return records.load(storage_class, key, numel); });
+                                int64_t numel) { return records.load(storage_class, key, numel); },
+                            lenient);
   } catch (const pickle::Error& e) {
     fail_to_read(name, e.what());
   }
@@ -224,17 +225,17 @@ std::string torch_save_bytes(const NamedTensors& tensors) {
   return out;
 }
 
-c10::IValue read_torch_save(const fs::path& file) {
+c10::IValue read_torch_save(const fs::path& file, bool lenient) {
   const std::string name = file.string();
   STOKER_CHECK(fs::is_regular_file(file), "{} does not exist", name);
   std::ifstream in(file, std::ios::binary);
   STOKER_CHECK(in.is_open(), "cannot open {}", name);
-  return read_torch_save(in, name);
+  return read_torch_save(in, name, lenient);
 }
 
-c10::IValue read_torch_save(std::istream& in, const std::string& name) {
+c10::IValue read_torch_save(std::istream& in, const std::string& name, bool lenient) {
   try {
-    return unpickle_file(name, in);
+    return unpickle_file(name, in, lenient);
   } catch (const c10::Error& e) {  // from libtorch's zip reader or an IValue conversion
     fail_to_read(name, e.what_without_backtrace());
   }

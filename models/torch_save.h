@@ -34,8 +34,10 @@ std::string torch_save_bytes(const NamedTensors& tensors);
 // with tensors (on the CPU, viewing the file's storages) as values. Reads containers, numbers,
 // strings, tensors and parameters; anything else (a pickled module, a custom class) is refused.
 // Throws stoker::Error naming the file, what is wrong and how to save it instead.
-c10::IValue read_torch_save(const std::filesystem::path& file);
+// `lenient`: objects of other classes are kept as placeholders (models/pickle.h unpickle), so that
+// the state dict inside a training checkpoint (timm's, Lightning's) can be found.
+c10::IValue read_torch_save(const std::filesystem::path& file, bool lenient = false);
 // The same, from the bytes of such a file in `in`; `name` stands for the file in messages.
-c10::IValue read_torch_save(std::istream& in, const std::string& name);
+c10::IValue read_torch_save(std::istream& in, const std::string& name, bool lenient = false);
 
 }  // namespace stoker::models

@@ -100,6 +100,7 @@ std::string metrics_line(const EpochRecord& e) {
   line["data_decode_s"] = r.stages.decode;
   line["data_transform_s"] = r.stages.transform;
   line["data_copy_s"] = r.stages.copy;
+  line["data_batch_ops_s"] = r.stages.batch_ops;
   line["bad_samples"] = r.stages.bad_samples;
   line["loss_scale"] = r.loss_scale;
   line["skipped_steps"] = r.skipped_steps;

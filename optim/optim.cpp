@@ -1,6 +1,9 @@
 #include "optim/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -74,18 +77,28 @@ torch::Tensor closure_step(Derived& optimizer, OptimizerImpl impl,
   return loss;
 }
 
-void set_group_lrs(torch::optim::Optimizer& optimizer, torch::Tensor& device_lr, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
-  if (device_lr.defined()) device_lr.fill_(lr);
+// Each group's learning rate: lr x its scale, on the host and (fused, CUDA) in its device tensor.
+void set_group_lrs(torch::optim::Optimizer& optimizer, const AmpStepOptimizer& scales,
+                   std::vector<torch::Tensor>& device_lrs, double lr) {
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double group_lr = lr * scales.lr_scale(g);
+    groups[g].options().set_lr(group_lr);
+    if (g < device_lrs.size() && device_lrs[g].defined()) device_lrs[g].fill_(group_lr);
+  }
 }
 
-// The learning rate as a float32 tensor on the parameters' device, for the fused kernels on CUDA
-// (a captured CUDA graph reads it there); undefined otherwise.
-torch::Tensor device_lr(const std::vector<torch::optim::OptimizerParamGroup>& groups, OptimizerImpl impl,
-                        double lr) {
+// Each group's learning rate as a float32 tensor on the parameters' device, for the fused kernels on
+// CUDA (a captured CUDA graph reads them there); none otherwise.
+std::vector<torch::Tensor> device_lrs(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                                      OptimizerImpl impl) {
   const torch::Device device = device_of(groups);
   if (impl != OptimizerImpl::kFused || !device.is_cuda()) return {};
-  return torch::full({}, lr, torch::TensorOptions().device(device).dtype(torch::kFloat32));
+  std::vector<torch::Tensor> out;
+  for (const auto& g : groups) {
+    out.push_back(torch::full({}, g.options().get_lr(), torch::TensorOptions().device(device).dtype(torch::kFloat32)));
+  }
+  return out;
 }
 
 }  // namespace
@@ -102,9 +115,9 @@ OptimizerImpl resolve_optimizer_impl(const std::string& name, torch::Device devi
 
 SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
          OptimizerImpl impl)
-    : torch::optim::SGD(groups, defaults), impl_(impl), lr_(device_lr(param_groups(), impl, defaults.lr())) {}
+    : torch::optim::SGD(groups, defaults), impl_(impl), lrs_(device_lrs(param_groups(), impl)) {}
 
-void SGD::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
+void SGD::set_lr(double lr) { set_group_lrs(*this, *this, lrs_, lr); }
 
 torch::Tensor SGD::momentum_of(const torch::Tensor& p) {
   auto& slot = state_[p.unsafeGetTensorImpl()];
@@ -123,6 +136,24 @@ void SGD::create_state() {
   }
 }
 
+std::vector<torch::Tensor> SGD::param_state(const torch::Tensor& p) {
+  for (const auto& group : param_groups()) {
+    for (const auto& q : group.params()) {
+      if (!q.is_same(p)) continue;
+      if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) return {};
+      return {momentum_of(p)};
+    }
+  }
+  TORCH_CHECK(false, "SGD::param_state: not a parameter of this optimizer");
+  return {};
+}
+
+void SGD::set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t /*steps*/) {
+  if (state.empty()) return;
+  torch::NoGradGuard no_grad;
+  momentum_of(p).copy_(state.at(0));
+}
+
 torch::Tensor SGD::step(LossClosure closure) {
   return closure_step<torch::optim::SGD>(*this, impl_, std::move(closure));
 }
@@ -132,7 +163,8 @@ void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
   torch::NoGradGuard no_grad;
   if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::SGD>(*this, grad_scale, found_inf);
   if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
-  for (auto& group : param_groups()) {
+  for (size_t g = 0; g < param_groups().size(); ++g) {
+    auto& group = param_groups()[g];
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
     TORCH_CHECK(o.dampening() == 0, "stoker::SGD supports dampening 0 only");
     GroupTensors t = with_grads(group);
@@ -144,8 +176,8 @@ void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
       for (const auto& p : t.params) bufs.push_back(momentum_of(p));
     }
     if (impl_ == OptimizerImpl::kFused) {
-      if (lr_.defined()) {
-        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), lr_, 0.0, o.nesterov(),
+      if (g < lrs_.size()) {
+        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), lrs_[g], 0.0, o.nesterov(),
                         /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
       } else {
         at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), o.lr(), 0.0,
@@ -172,9 +204,9 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim
              OptimizerImpl impl)
     : torch::optim::AdamW(groups, defaults),
       impl_(impl),
-      lr_(device_lr(param_groups(), impl, defaults.lr())) {}
+      lrs_(device_lrs(param_groups(), impl)) {}
 
-void AdamW::set_lr(double lr) { set_group_lrs(*this, lr_, lr); }
+void AdamW::set_lr(double lr) { set_group_lrs(*this, *this, lrs_, lr); }
 
 void AdamW::create_state() {
   for (auto& group : param_groups()) {
@@ -192,7 +224,8 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
   torch::NoGradGuard no_grad;
   if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::AdamW>(*this, grad_scale, found_inf);
   if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
-  for (auto& group : param_groups()) {
+  for (size_t g = 0; g < param_groups().size(); ++g) {
+    auto& group = param_groups()[g];
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "stoker::AdamW does not support amsgrad");
     GroupTensors t = with_grads(group);
@@ -202,8 +235,8 @@ void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
     at::_foreach_add_(steps, 1.0);  // only the parameters that have a gradient step
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     if (impl_ == OptimizerImpl::kFused) {
-      if (lr_.defined()) {
-        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lr_, beta1, beta2,
+      if (g < lrs_.size()) {
+        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lrs_[g], beta1, beta2,
                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
                           found_inf);
       } else {
@@ -245,6 +278,16 @@ torch::optim::AdamWParamState& adam_moments(
   return static_cast<torch::optim::AdamWParamState&>(*slot);
 }
 
+void set_adam_state(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+                    const torch::Tensor& p, const std::vector<torch::Tensor>& tensors, int64_t steps) {
+  TORCH_CHECK(tensors.size() == 2, "set_adam_state: expected exp_avg and exp_avg_sq");
+  torch::NoGradGuard no_grad;
+  auto& s = adam_moments(state, p);
+  s.exp_avg().copy_(tensors[0]);
+  s.exp_avg_sq().copy_(tensors[1]);
+  s.step(steps);
+}
+
 void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& exp_avgs,
                      std::vector<torch::Tensor>& exp_avg_sqs, std::vector<torch::Tensor>& steps) {
   for (const auto& p : params) {
@@ -258,6 +301,23 @@ void AdamW::state_of(const std::vector<torch::Tensor>& params, std::vector<torch
     }
     steps.push_back(step);
   }
+}
+
+std::vector<torch::Tensor> AdamW::param_state(const torch::Tensor& p) {
+  auto& s = adam_moments(state_, p);
+  return {s.exp_avg(), s.exp_avg_sq()};
+}
+
+int64_t AdamW::param_steps(const torch::Tensor& p) {
+  const auto found = steps_.find(p.unsafeGetTensorImpl());
+  if (found != steps_.end()) return static_cast<int64_t>(std::llround(found->second.item<double>()));
+  return adam_moments(state_, p).step();
+}
+
+void AdamW::set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) {
+  set_adam_state(state_, p, state, steps);
+  steps_.erase(p.unsafeGetTensorImpl());  // made again from the state's step at p's next step
+  host_steps_.erase(p.unsafeGetTensorImpl());
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
@@ -294,7 +354,44 @@ void AdamWKeys::visit(OptionsVisitor& v) {
   v.field("eps", eps, rules::positive());
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, torch::nn::Module& model,
+int64_t ParamGroupSpec::numel() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+std::vector<ParamGroupSpec> plan_param_groups(const OptimizerOptions& o, const std::vector<ParamInfo>& params,
+                                              int64_t num_layers, const std::vector<std::string>& layer_names) {
+  const bool by_layer = o.layer_decay > 0;
+  const bool head_apart = o.head_lr_scale != 1.0;
+  std::vector<ParamGroupSpec> groups;
+  std::map<std::tuple<int64_t, bool, bool>, size_t> index;  // (layer, decay, head) -> group
+  for (const ParamInfo& p : params) {
+    const bool decay = p.tensor.dim() > 1 || o.decay_norm_and_bias;
+    const int64_t layer = by_layer ? p.layer : 0;
+    const bool head = head_apart && p.head;
+    const auto key = std::make_tuple(layer, decay, head);
+    auto found = index.find(key);
+    if (found == index.end()) {
+      ParamGroupSpec g;
+      g.weight_decay = decay ? o.weight_decay : 0.0;
+      // timm: layer_decay^(layer_max - layer), the head (the last layer) at 1.
+      const double layer_scale = by_layer ? std::pow(o.layer_decay, static_cast<double>(num_layers - 1 - layer)) : 1.0;
+      g.lr_scale = layer_scale * (head ? o.head_lr_scale : 1.0);
+      if (head) {
+        g.label = "head";
+      } else if (by_layer && layer < static_cast<int64_t>(layer_names.size())) {
+        g.label = layer_names[static_cast<size_t>(layer)];
+      }
+      found = index.emplace(key, groups.size()).first;
+      groups.push_back(std::move(g));
+    }
+    groups[found->second].params.push_back(p.tensor);
+  }
+  return groups;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, const std::vector<ParamGroupSpec>& groups,
                                                         torch::Device device) {
   const OptimizerImpl impl = resolve_optimizer_impl(o.implementation, device);
   if (device.is_cuda() && impl != OptimizerImpl::kFused) {
@@ -303,13 +400,37 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
                   "fused (the default on CUDA) does neither",
                   o.implementation);
   }
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model.parameters()) {
-    if (!p.requires_grad()) continue;
-    (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
+  STOKER_CHECK(!groups.empty(), "the model has no trainable parameters");
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      optimizer_registry().get(o.algorithm.type()).create(o, o.algorithm.options(), groups, impl);
+  std::vector<double> scales;
+  for (const auto& g : groups) scales.push_back(g.lr_scale);
+  const bool scaled = std::any_of(scales.begin(), scales.end(), [](double s) { return s != 1.0; });
+  STOKER_CHECK(optimizer->param_groups().size() == groups.size(),
+               "optimizer.type {} made {} parameter groups where {} were asked for; its registered create must make "
+               "one per ParamGroupSpec, in order (optim/optim.h)",
+               o.algorithm.type(), optimizer->param_groups().size(), groups.size());
+  if (auto* amp = dynamic_cast<AmpStepOptimizer*>(optimizer.get())) {
+    amp->set_lr_scales(std::move(scales));
+    amp->set_lr(o.lr);
+  } else {
+    STOKER_CHECK(!scaled, "optimizer.type {} keeps one learning rate for all parameter groups, so it cannot take "
+                 "optimizer.layer_decay or optimizer.head_lr_scale; use sgd, adamw or lamb",
+                 o.algorithm.type());
   }
-  STOKER_CHECK(!decay.empty() || !no_decay.empty(), "the model has no trainable parameters");
-  return optimizer_registry().get(o.algorithm.type()).create(o, o.algorithm.options(), decay, no_decay, impl);
+  return optimizer;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, torch::nn::Module& model,
+                                                        torch::Device device) {
+  STOKER_CHECK(o.layer_decay == 0 && o.head_lr_scale == 1.0,
+               "optimizer.layer_decay and optimizer.head_lr_scale need the model's layers and head: build the "
+               "optimizer with stoker::make_parts (recipe/parts.h) or from plan_param_groups");
+  std::vector<ParamInfo> params;
+  for (const auto& p : model.named_parameters()) {
+    if (p.value().requires_grad()) params.push_back({p.key(), p.value()});
+  }
+  return make_optimizer(o, plan_param_groups(o, params, 1), device);
 }
 
 void match_state_layout(torch::optim::Optimizer& optimizer) {
@@ -341,16 +462,28 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_ranks) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (grads.empty()) return torch::zeros({}, torch::kFloat32);
-  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-  for (auto& n : norms) n = n.to(torch::kFloat32);
-  const torch::Tensor total = at::linalg_vector_norm(torch::stack(norms), 2);
+  if (grads.empty() && !sum_over_ranks) return torch::zeros({}, torch::kFloat32);
+  torch::Tensor total;
+  if (grads.empty()) {
+    total = torch::zeros({}, torch::kFloat32);
+  } else {
+    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+    for (auto& n : norms) n = n.to(torch::kFloat32);
+    total = at::linalg_vector_norm(torch::stack(norms), 2);
+  }
+  if (sum_over_ranks) {
+    torch::Tensor squared = total * total;
+    sum_over_ranks(squared);
+    total = squared.sqrt();
+  }
+  if (grads.empty()) return total;
   const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   // Group by dtype: _foreach_mul_ with a tensor scalar needs one dtype per call.
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;

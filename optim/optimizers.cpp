@@ -10,46 +10,50 @@ namespace stoker {
 
 namespace {
 
-// Two parameter groups of one libtorch options type: with and without weight decay.
+// One libtorch parameter group per spec, in order: the spec's weight decay, lr x its scale.
 template <typename Optimizer, typename Options>
-std::unique_ptr<torch::optim::Optimizer> grouped(const std::function<Options(double)>& options, double wd,
-                                                 const std::vector<torch::Tensor>& decay,
-                                                 const std::vector<torch::Tensor>& no_decay, OptimizerImpl impl) {
+std::unique_ptr<torch::optim::Optimizer> grouped(const std::function<Options(double)>& options, double lr,
+                                                 const std::vector<ParamGroupSpec>& specs, OptimizerImpl impl) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decay.empty()) groups.emplace_back(decay, std::make_unique<Options>(options(wd)));
-  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<Options>(options(0.0)));
-  return std::make_unique<Optimizer>(groups, options(wd), impl);
+  for (const ParamGroupSpec& spec : specs) {
+    auto group_options = std::make_unique<Options>(options(spec.weight_decay));
+    group_options->lr(lr * spec.lr_scale);
+    groups.emplace_back(spec.params, std::move(group_options));
+  }
+  return std::make_unique<Optimizer>(groups, options(0.0), impl);
 }
 
 void add_stoker_optimizers(Registry<OptimizerType>& r) {
-  r.add("sgd", {options_of<SgdKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
-                                          const auto& no_decay, OptimizerImpl impl) {
+  r.add("sgd", {options_of<SgdKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& groups,
+                                          OptimizerImpl impl) {
               const auto& k = dynamic_cast<const SgdKeys&>(own);
               const std::function<torch::optim::SGDOptions(double)> options = [&](double wd) {
                 return torch::optim::SGDOptions(o.lr).momentum(k.momentum).nesterov(k.nesterov).weight_decay(wd);
               };
-              return grouped<SGD>(options, o.weight_decay, decay, no_decay, impl);
-            }, LrScaling::kLinear});
-  r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
-                                              const auto& no_decay, OptimizerImpl impl) {
+              return grouped<SGD>(options, o.lr, groups, impl);
+            }, LrScaling::kLinear, /*shardable=*/true});
+  r.add("adamw", {options_of<AdamWKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& groups,
+                                              OptimizerImpl impl) {
                 const auto& k = dynamic_cast<const AdamWKeys&>(own);
                 const std::function<torch::optim::AdamWOptions(double)> options = [&](double wd) {
                   return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
                 };
-                return grouped<AdamW>(options, o.weight_decay, decay, no_decay, impl);
-              }, LrScaling::kSqrt});
+                return grouped<AdamW>(options, o.lr, groups, impl);
+              }, LrScaling::kSqrt, /*shardable=*/true});
   // One implementation for every optimizer.implementation (optim/lamb.h).
-  r.add("lamb", {options_of<LambKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& decay,
-                                            const auto& no_decay, OptimizerImpl) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("lamb", {options_of<LambKeys>(), [](const OptimizerOptions& o, const TypeOptions& own, const auto& specs,
+                                            OptimizerImpl) -> std::unique_ptr<torch::optim::Optimizer> {
                  const auto& k = dynamic_cast<const LambKeys&>(own);
                  const auto options = [&](double wd) {
                    return torch::optim::AdamWOptions(o.lr).betas({k.betas[0], k.betas[1]}).eps(k.eps).weight_decay(wd);
                  };
                  std::vector<torch::optim::OptimizerParamGroup> groups;
-                 if (!decay.empty()) groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(o.weight_decay)));
-                 if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+                 for (const ParamGroupSpec& spec : specs) {
+                   groups.emplace_back(spec.params, std::make_unique<torch::optim::AdamWOptions>(
+                                                        options(spec.weight_decay).lr(o.lr * spec.lr_scale)));
+                 }
                  return std::make_unique<Lamb>(groups, options(o.weight_decay), k);
-               }, LrScaling::kSqrt});
+               }, LrScaling::kSqrt, /*shardable=*/true});
 }
 
 }  // namespace

@@ -122,6 +122,14 @@ template <typename V>
 void visit_model(Config& c, V& v) {
   static const TypeCatalog models = catalog_of(models::model_registry(), "model");
   v.typed(c.model, models, TypedLayout::kBeside);
+  v.field("pretrained", c.pretrained.file, described("a weights file (torch.save state dict, .safetensors or a "
+                                                      "Stoker checkpoint), or nothing"));
+  v.field("pretrained_skip", c.pretrained.skip, items(non_empty(), 0));
+  v.field("pretrained_rename", c.pretrained.rename, described("a key prefix"));
+  v.field("freeze", c.freeze.patterns, items(non_empty(), 0));
+  v.field("freeze_until_epoch", c.freeze.until_epoch, at_least(0));
+  v.all_or_list("activation_checkpointing", c.activation_checkpointing.all, c.activation_checkpointing.indices,
+                described("true, false or a list of block indices (integers >= 0)"));
 }
 
 template <typename V>
@@ -133,6 +141,8 @@ void visit_optimizer(Config& c, V& v) {
   v.field("decay_norm_and_bias", c.optimizer.decay_norm_and_bias);
   v.field("implementation", c.optimizer.implementation, one_of({"auto", "fused", "foreach", "reference"}));
   v.field("lr_reference_batch", c.optimizer.lr_reference_batch, at_least(0));
+  v.field("layer_decay", c.optimizer.layer_decay, number("0 (off) or a decay in (0, 1], e.g. 0.75", 0, 1));
+  v.field("head_lr_scale", c.optimizer.head_lr_scale, positive());
 }
 
 template <typename V>
@@ -183,6 +193,13 @@ void visit_train(Config& c, V& v) {
 }
 
 template <typename V>
+void visit_distributed(Config& c, V& v) {
+  v.field("sync_batchnorm", c.distributed.sync_batchnorm);
+  v.field("eval_bn", c.distributed.eval_bn, one_of({"broadcast", "reduce"}));
+  v.field("shard_optimizer", c.distributed.shard_optimizer);
+}
+
+template <typename V>
 void visit_checkpoint(Config& c, V& v) {
   v.field("save_last", c.checkpoint.save_last);
   v.field("save_best", c.checkpoint.save_best);
@@ -210,6 +227,7 @@ void visit_config(Config& c, V& v) {
   v.section("loss", [&] { visit_loss(c, v); });
   v.section("schedule", [&] { visit_schedule(c, v); });
   v.section("train", [&] { visit_train(c, v); });
+  v.section("distributed", [&] { visit_distributed(c, v); });
   v.section("checkpoint", [&] { visit_checkpoint(c, v); });
   v.section("logging", [&] { visit_logging(c, v); });
 }
@@ -266,6 +284,34 @@ void check_data_and_model(const Config& c, const Fail& fail) {
   }
 }
 
+// model.pretrained*, model.freeze* and the optimizer's keys that need the model type's head or layers.
+void check_finetuning(const Config& c, const Fail& fail) {
+  if (c.pretrained.file.empty() && (!c.pretrained.skip.empty() || !c.pretrained.rename.empty())) {
+    fail(fmt::format("model.{} is set, but model.pretrained is not; give the weights file, or remove it",
+                     c.pretrained.skip.empty() ? "pretrained_rename" : "pretrained_skip"));
+  }
+  if (c.freeze.until_epoch > 0 && c.freeze.patterns.empty()) {
+    fail("model.freeze_until_epoch is set, but model.freeze names no parameters; give their patterns, e.g. "
+         "model.freeze: [conv1, bn1, layer1]");
+  }
+  if (c.freeze.until_epoch >= c.train.epochs) {
+    fail(fmt::format("model.freeze_until_epoch ({}) must be below train.epochs ({}): the parts would never train "
+                     "(0 freezes them for good)",
+                     c.freeze.until_epoch, c.train.epochs));
+  }
+  const models::ModelType type = models::model_registry().get(c.model.type());
+  if (c.optimizer.layer_decay > 0 && type.layer_groups.empty()) {
+    fail(fmt::format("optimizer.layer_decay needs the model's layers, and model.type {} declares none; set "
+                     "optimizer.layer_decay: 0",
+                     c.model.type()));
+  }
+  if (c.optimizer.head_lr_scale != 1.0 && type.head_keys.empty()) {
+    fail(fmt::format("optimizer.head_lr_scale needs the model's head, and model.type {} declares none; set "
+                     "optimizer.head_lr_scale: 1",
+                     c.model.type()));
+  }
+}
+
 void check_batching(const Config& c, const Fail& fail) {
   const std::string problem = batch_arithmetic(c).problem;
   if (!problem.empty()) fail(problem);
@@ -300,9 +346,38 @@ void check_schedule_and_metrics(const Config& c, const Fail& fail) {
   check_ema_metric("train.early_stopping.metric", c.train.early_stopping.metric);
 }
 
+// The distributed: section and model.activation_checkpointing against the rest.
+void check_distributed(const Config& c, const Fail& fail) {
+  const DistributedOptions& d = c.distributed;
+  if (c.run.distributed == "off" && (d.sync_batchnorm || d.shard_optimizer || d.eval_bn != "broadcast")) {
+    fail(fmt::format("{} needs data-parallel training, but run.distributed is off; set run.distributed: auto (and start "
+                     "the ranks with torchrun or srun) or leave the distributed: section at its defaults",
+                     d.sync_batchnorm ? "distributed.sync_batchnorm" : d.shard_optimizer ? "distributed.shard_optimizer"
+                                                                                        : "distributed.eval_bn: reduce"));
+  }
+  const std::string& optimizer = c.optimizer.algorithm.type();
+  if (d.shard_optimizer && !optimizer_registry().get(optimizer).shardable) {
+    fail(fmt::format("distributed.shard_optimizer: true needs an optimizer that can update slices of parameters, and "
+                     "optimizer.type {} cannot (sgd, adamw and lamb can); change optimizer.type or set "
+                     "distributed.shard_optimizer: false",
+                     optimizer));
+  }
+  if (d.shard_optimizer && c.freeze.enabled()) {
+    fail("distributed.shard_optimizer shards the parameters that train when the run starts, and model.freeze changes "
+         "which do; fine-tune with model.freeze under plain data parallelism (distributed.shard_optimizer: false), or "
+         "leave model.freeze out");
+  }
+  if (c.activation_checkpointing.any() && c.train.cuda_graph) {
+    fail("model.activation_checkpointing cannot be captured in a CUDA graph (its recomputation saves and restores the "
+         "random generators' state on the host); set train.cuda_graph: false or model.activation_checkpointing: false");
+  }
+}
+
 void check_consistency(const Config& c, const std::string& source) {
   const Fail fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
   check_data_and_model(c, fail);
+  check_finetuning(c, fail);
+  check_distributed(c, fail);
   check_batching(c, fail);
   check_schedule_and_metrics(c, fail);
 }
@@ -415,10 +490,14 @@ bool breaks_exactness(const std::string& key) {
   static const std::set<std::string> loader_only = {"data.workers", "data.prefetch_factor", "data.device_prefetch",
                                                     "data.pin_memory", "data.autotune", "data.autotune_budget_s",
                                                     "data.autotune_max_share"};
-  static const std::set<std::string> exact = {"optimizer.type", "loss.type", "train.epochs", "train.accumulate_steps",
-                                              "train.effective_batch_size", "train.precision", "run.seed"};
+  static const std::set<std::string> exact = {"optimizer.type", "optimizer.layer_decay", "optimizer.head_lr_scale",
+                                              "loss.type", "train.epochs", "train.accumulate_steps",
+                                              "train.effective_batch_size", "train.precision", "run.seed",
+                                              "distributed.sync_batchnorm", "distributed.eval_bn"};
   auto under = [&](const char* section) { return key.rfind(section, 0) == 0; };
   if (under("data.autotune_continuous.")) return false;
+  // The same values recomputed in backward: the run continues exactly.
+  if (key == "model.activation_checkpointing") return false;
   if (under("data.")) return loader_only.count(key) == 0;
   return under("model.") || under("schedule.") || exact.count(key) > 0;
 }

@@ -13,12 +13,15 @@
 #include "common/options.h"
 #include "data/dataset.h"
 #include "data/settings.h"
+#include "models/activation_checkpointing.h"
+#include "models/pretrained.h"
 #include "models/registry.h"
 #include "observe/sinks.h"
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "trainer/callbacks.h"
+#include "trainer/freeze.h"
 #include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
@@ -34,6 +37,19 @@ struct RunOptions {
   // Data-parallel training over the processes a launcher started (torchrun, srun; see distributed/launch.h):
   // auto = on when the launcher's environment names a world size > 1; off = train alone regardless.
   std::string distributed = "auto";
+};
+
+// The distributed: section: what data-parallel training does beyond averaging gradients (run.distributed
+// decides whether a run joins its ranks at all). With one process none of it has anything to do.
+struct DistributedOptions {
+  // Every models::BatchNorm2d normalises over the batches of all ranks (trainer/sync_batchnorm.h).
+  bool sync_batchnorm = false;
+  // The BatchNorm running statistics before each evaluation: broadcast (rank 0's) | reduce (the mean
+  // over the ranks), as timm's --dist-bn.
+  std::string eval_bn = "broadcast";
+  // ZeRO-1: each rank keeps and updates the optimizer state of 1/N of the parameters
+  // (trainer/sharded_optimizer.h).
+  bool shard_optimizer = false;
 };
 
 // The data: section is the data layer's own settings struct (data/settings.h).
@@ -93,12 +109,21 @@ struct Config {
   DataOptions data;
   // model.type and that type's own keys beside it (compact_resnet: widths, blocks, dropout).
   TypedOptions model = models::model_options("compact_resnet");
+  // Keys of every model type beside them: where its weights start (model.pretrained,
+  // model.pretrained_skip, model.pretrained_rename: recipe/pretrained.h) and what of it trains when
+  // (model.freeze, model.freeze_until_epoch: trainer/freeze.h).
+  models::PretrainedOptions pretrained;
+  FreezeOptions freeze;
+  // model.activation_checkpointing: true (every block) | false | [block indices], for every model type
+  // whose family has blocks (models/activation_checkpointing.h).
+  models::BlockSelection activation_checkpointing;
   OptimizerOptions optimizer;
   // loss.type (cross_entropy | bce, or registered: trainer/losses.h) and its own keys beside it; the
   // label smoothing is train.label_smoothing.
   TypedOptions loss{"cross_entropy", std::make_unique<NoOptions>()};
   ScheduleOptions schedule;
   TrainOptions train;
+  DistributedOptions distributed;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
 };
@@ -145,9 +170,10 @@ struct ConfigDifference {
   std::string key;            // e.g. "data.train_limit"
   std::string before, after;  // the values as one-line YAML; "(absent)" when a config lacks the key
   // Whether the change alters what a resumed run could otherwise continue exactly: the data and
-  // its order (data.* but the loader's worker and buffer counts), the model, the schedule and its
-  // length (schedule.*, train.epochs), the batches per step (train.accumulate_steps,
-  // train.effective_batch_size), optimizer.type, train.precision and run.seed.
+  // its order (data.* but the loader's worker and buffer counts), the model (but
+  // model.activation_checkpointing), the schedule and its length (schedule.*, train.epochs), the batches
+  // per step (train.accumulate_steps, train.effective_batch_size), optimizer.type, train.precision,
+  // run.seed, distributed.sync_batchnorm and distributed.eval_bn.
   bool breaks_exactness = false;
 };
 

@@ -35,6 +35,12 @@ void select_device(torch::Device device) {
 #endif
 }
 
+torch::Device use_device(const std::string& name) {
+  const torch::Device device = resolve_device(name);
+  select_device(device);
+  return device;
+}
+
 void configure_threads(int64_t threads, int64_t loader_workers, bool on_cpu) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores - (on_cpu ? loader_workers : 0));

@@ -17,6 +17,10 @@ torch::Device resolve_device(const std::string& name);
 // on GPU 0 when the run trains on another GPU.
 void select_device(torch::Device device);
 
+// resolve_device, then select_device: what every command that runs on the device does first (a run,
+// eval, predict, bench-data), so that none of them touches GPU 0 when run.device names another.
+torch::Device use_device(const std::string& name);
+
 // Sets libtorch's intra-op thread count and a single inter-op thread. `threads` = 0 picks one per
 // core, less the loader's workers when training on the CPU, so that the two do not oversubscribe it.
 void configure_threads(int64_t threads, int64_t loader_workers = 0, bool on_cpu = true);

@@ -9,7 +9,12 @@
 #include "common/log.h"
 #include "recipe/continuous.h"
 #include "recipe/device.h"
+#include "recipe/param_groups.h"
+#include "recipe/pretrained.h"
 #include "recipe/sizing.h"
+#include "trainer/freeze.h"
+#include "trainer/sharded_optimizer.h"
+#include "trainer/sync_batchnorm.h"
 
 namespace stoker {
 namespace {
@@ -49,6 +54,43 @@ std::shared_ptr<data::BatchSource> training_source(const RunPlan& plan, const st
   return retunable;
 }
 
+// The data-parallel parts over `group`: SyncBatchNorm (distributed.sync_batchnorm), and DDP's gradient
+// all-reduce or ZeRO-1's sharded optimizer (distributed.shard_optimizer), which replaces the optimizer.
+void join_parts(const RunPlan& plan, TrainerParts& parts, distributed::ProcessGroup& group) {
+  const DistributedOptions& d = plan.config.distributed;
+  torch::nn::Module& model = *parts.model.ptr();
+  if (d.sync_batchnorm) {
+    const int64_t n = convert_sync_batchnorm(model, group.collectives());
+    logger().info("distributed.sync_batchnorm: {} batch norm(s) normalise over the batches of all {} ranks", n,
+                  group.world_size());
+  }
+  if (!d.shard_optimizer) {
+    parts.data_parallel = group.data_parallel(model);
+    return;
+  }
+  std::shared_ptr<distributed::ShardedDataParallel> shards = group.sharded_data_parallel(model);
+  // The run's parameter groups (layer-wise learning rates, the head's scale: recipe/param_groups.h), pieces
+  // of each on this rank; model.freeze, which would change them, is refused with sharding (recipe/config.cpp).
+  parts.optimizer = make_sharded_optimizer(plan.config.optimizer, parts.model.ptr(), shards, plan.device,
+                                           run_parameters(plan.config, model).groups);
+  int64_t mine = 0, all = 0;
+  for (const auto& piece : shards->pieces()) mine += piece.tensor.numel();
+  for (const auto& p : shards->parameters()) all += p.numel();
+  logger().info("distributed.shard_optimizer: ZeRO-1 over {} ranks: this rank updates {} of the {} parameters ({:.1f}%) "
+                "and keeps their optimizer state; gradients reduce-scattered during backward, parameters all-gathered "
+                "after each step",
+                group.world_size(), mine, all, 100.0 * static_cast<double>(mine) / static_cast<double>(std::max<int64_t>(1, all)));
+  parts.data_parallel = std::move(shards);
+}
+
+// What the distributed: keys and model.activation_checkpointing do in a run of one process.
+void log_single_process(const Config& c) {
+  if (c.distributed.sync_batchnorm || c.distributed.shard_optimizer) {
+    logger().info("distributed.{}: one process, nothing to {}", c.distributed.sync_batchnorm ? "sync_batchnorm" : "shard_optimizer",
+                  c.distributed.sync_batchnorm ? "synchronise (plain BatchNorm)" : "shard (the whole optimizer state here)");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Trainer> make_trainer(const RunPlan& plan, torch::nn::AnyModule model,
@@ -60,11 +102,25 @@ std::unique_ptr<Trainer> make_trainer(const RunPlan& plan, torch::nn::AnyModule 
   STOKER_CHECK(plan.config.train.precision != Precision::kAuto,
                "make_trainer: the plan's train.precision is still auto; resolve the plan first (resolve_plan)");
   check_model_sizes(plan.config, *model.ptr(), train->channels());
+  if (!group) log_single_process(plan.config);
+  if (plan.config.activation_checkpointing.any()) {
+    const auto blocks = models::checkpointable_blocks(*model.ptr());
+    int64_t on = 0;
+    for (const auto* block : blocks) on += block->checkpointing() ? 1 : 0;
+    logger().info("model.activation_checkpointing: {} of {} blocks recompute their activations in backward", on,
+                  blocks.size());
+  }
   TrainerOptions options = trainer_options(plan);
   options.class_names = train->class_names();
   TrainerParts parts = make_parts(plan, std::move(model));
-  if (group) parts.data_parallel = group->data_parallel(*parts.model.ptr());
+  if (group) join_parts(plan, parts, *group);
   auto trainer = std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
+  if (plan.config.freeze.enabled()) {
+    // Released parts need their gradients synchronised too: a new synchronisation over them.
+    std::function<void(Trainer&)> resync;
+    if (group) resync = [group](Trainer& t) { t.set_data_parallel(group->data_parallel(t.module())); };
+    trainer->add_callback(std::make_shared<FreezeCallback>(plan.config.freeze, std::move(resync)));
+  }
   STOKER_CHECK(trainer->steps_per_epoch() == plan.steps_per_epoch,
                "make_trainer: the training source gives {} optimizer steps per epoch, the plan {}; build the plan from "
                "the same data (resolve_plan, plan_for_source)",
@@ -91,10 +147,14 @@ TrainingSetup make_training(const RunPlan& plan, const Distributed& distributed)
   // A RetunableLoader replaces the loader when the size changes: it alone holds it, so that the old
   // loader's workers and buffers go then.
   if (setup.train_source != setup.loaders.train) setup.loaders.train.reset();
+  torch::nn::AnyModule model = make_model(plan.config, plan.input);
+  // A new run starts from model.pretrained; a resumed one from its checkpoint, which holds the weights.
+  if (!plan.config.pretrained.file.empty() && !plan.resuming) {
+    setup.notes.push_back(load_pretrained(*model.ptr(), plan.config));
+  }
   // Batch operations (data.batch_ops) on the device, after whatever hands out the batches.
-  setup.trainer = make_trainer(plan, make_model(plan.config, setup.loaders.in_channels),
-                               augment_training(plan.config, setup.train_source, plan.rank), setup.loaders.test,
-                               distributed.group);
+  setup.trainer = make_trainer(plan, std::move(model), augment_training(plan.config, setup.train_source, plan.rank),
+                               setup.loaders.test, distributed.group);
   if (continuous) setup.trainer->add_callback(continuous);
   // The run's process-wide settings, once: TF32 and cuDNN's autotuner (the Trainer sets nothing
   // process-wide).

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>
@@ -39,8 +41,8 @@ std::unique_ptr<Trainer> make_trainer(const Config& config, torch::nn::AnyModule
                                       std::shared_ptr<data::BatchSource> eval, torch::Device device,
                                       std::shared_ptr<distributed::ProcessGroup> group = nullptr);
 
-// Everything a plan describes: both loaders, the model and the Trainer, with the run's process-wide
-// settings applied.
+// Everything a plan describes: both loaders, the model (from model.pretrained unless the plan resumes)
+// and the Trainer (with model.freeze's callback), with the run's process-wide settings applied.
 struct TrainingSetup {
   RunPlan plan;
   Loaders loaders;
@@ -49,6 +51,9 @@ struct TrainingSetup {
   // holds the loader alone (loaders.train is null).
   std::shared_ptr<data::BatchSource> train_source;
   std::unique_ptr<Trainer> trainer;
+  // Lines for the run's log about how the model was made (model.pretrained's), logged with the run's
+  // start (the log file is not open yet when the set-up is made).
+  std::vector<std::string> notes;
 };
 // One rank of a run (alone: `distributed` of one process): on the plan's device, its shard of the data,
 // gradients synchronised over the group.

@@ -1,12 +1,25 @@
 #include "recipe/parts.h"
 
+#include "common/error.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "recipe/param_groups.h"
+#include "trainer/freeze.h"
 
 namespace stoker {
 
-torch::nn::AnyModule make_model(const Config& config, int64_t in_channels) {
-  return models::create_model(config.model, {in_channels, config.data.num_classes});
+models::ModelShape model_shape(const Config& config, const data::InputShape& input) {
+  return {input.channels, config.data.num_classes, input.height, input.width};
+}
+
+torch::nn::AnyModule make_model(const Config& config, const data::InputShape& input) {
+  torch::nn::AnyModule model = models::create_model(config.model, model_shape(config, input));
+  try {
+    models::apply_activation_checkpointing(*model.ptr(), config.activation_checkpointing, config.model.type());
+  } catch (const Error& e) {
+    STOKER_FAIL("model.{}", e.what());  // the config's key
+  }
+  return model;
 }
 
 TrainerOptions trainer_options(const RunPlan& plan) {
@@ -22,6 +35,7 @@ TrainerOptions trainer_options(const RunPlan& plan) {
   // Data parallel: on the CPU a stop is agreed every step (a few microseconds of Gloo); on CUDA at the
   // logging interval, where the host waits for the device anyway.
   o.stop_check_every = plan.device.is_cuda() ? config.train.log_every_steps : 1;
+  o.eval_bn = config.distributed.eval_bn == "reduce" ? EvalBatchNorm::kReduce : EvalBatchNorm::kBroadcast;
   o.nonfinite = NonfiniteOptions()
                     .set_on_nonfinite(config.train.on_nonfinite)
                     .set_max_skips(config.train.max_nonfinite_skips)
@@ -35,7 +49,11 @@ TrainerParts make_parts(const RunPlan& plan, torch::nn::AnyModule model) {
   const Precision precision = config.train.precision;
   prepare_model(*model.ptr(), plan.device, precision, config.train.channels_last);
   TrainerParts parts;
-  parts.optimizer = make_optimizer(config.optimizer, *model.ptr(), plan.device);
+  // The groups first (every parameter still requires its gradient), then model.freeze: the parts are
+  // frozen when training starts (FreezeCallback releases them at their epoch, or at once on resume).
+  const RunParameters params = run_parameters(config, *model.ptr());
+  if (config.freeze.enabled()) set_frozen(*model.ptr(), config.freeze.patterns, true);
+  parts.optimizer = make_optimizer(config.optimizer, params.groups, plan.device);
   parts.model = std::move(model);
   parts.loss = make_loss(config.loss, config.train.label_smoothing);
   parts.scaler = std::make_unique<GradScaler>(

@@ -51,7 +51,7 @@ class Subject {
     const data::InputShape& in = plan.input;
     auto source = std::make_shared<data::CachedBatchSource>(std::vector<data::Batch>{batch(plan, 1)}, 1, in.channels,
                                                             in.height, in.width);
-    trainer_ = std::make_unique<Trainer>(trainer_options(p), make_parts(p, make_model(p.config, in.channels)), source,
+    trainer_ = std::make_unique<Trainer>(trainer_options(p), make_parts(p, make_model(p.config, in)), source,
                                          source);
     trainer_->module().train();
     plan_ = p;

@@ -5,7 +5,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "recipe/device.h"
+#include "models/registry.h"
 #include "recipe/loaders.h"
+#include "recipe/parts.h"
 #include "trainer/callbacks.h"
 
 namespace stoker {
@@ -62,6 +64,7 @@ RunPlan resolve_plan(const Config& config, const Distributed& distributed, const
   plan.batches_per_epoch = training_batches_per_epoch(plan.config, *plan.train_set, data_ranks(plan));
   plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
   plan.input = input_shape(plan.config, plan.train_set);
+  models::resolve_model_options(plan.config.model, model_shape(plan.config, plan.input));
   // 3. cuDNN's autotuner before the trial, so that the trial's steps and the run's both tune.
   plan.cudnn_benchmark = config.train.cudnn_benchmark && plan.device.is_cuda() && plan.input.fixed();
   at::globalContext().setBenchmarkCuDNN(plan.cudnn_benchmark);
@@ -95,6 +98,7 @@ RunPlan plan_for_source(const Config& config, const data::BatchSource& train, to
   plan.batches_per_epoch = train.num_batches();
   plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
   plan.input = train.shape();
+  models::resolve_model_options(plan.config.model, model_shape(config, plan.input));
   plan.cudnn_benchmark = config.train.cudnn_benchmark && device.is_cuda() && plan.input.fixed();
   if (config.train.precision == Precision::kAuto) {
     plan.precision = decide_precision(plan);

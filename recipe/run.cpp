@@ -21,6 +21,7 @@
 #include "recipe/join.h"
 #include "optim/schedule.h"
 #include "recipe/factory.h"
+#include "recipe/param_groups.h"
 #include "recipe/resolve.h"
 #include "common/log.h"
 #include "trainer/precision_choice.h"
@@ -82,6 +83,8 @@ void log_run_start(const TrainingSetup& setup, const fs::path& run_dir) {
   logger().info("device: {}{}; threads: {}; model: {} ({:.2f}M parameters)", device.str(),
                 device.is_cuda() ? "" : " (no CUDA device: training on the CPU)",
                 torch::get_num_threads(), config.model.type(), params / 1e6);
+  for (const std::string& note : setup.notes) logger().info("{}", note);
+  logger().info("{}", describe_parameters(config, trainer.module(), b.lr));
   if (plan.precision.line.empty()) logger().info("hardware: {}", detect_hardware(device).summary());
   plan.precision.log();  // names the hardware itself
   // data.drop_last leaves out what does not fill a last batch (or step): say how much.
@@ -295,6 +298,9 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Ru
     check_stop_requested("counting the model's FLOPs (logging.flops)");
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
+  } else if (config.distributed.shard_optimizer && trainer.data_parallel() != nullptr) {
+    // Each checkpoint gathers the sharded optimizer state on rank 0: this rank takes part, writing nothing.
+    trainer.add_callback(std::make_shared<CheckpointCallback>(fs::path(), config.checkpoint));
   }
   if (config.train.early_stopping.patience > 0) {
     trainer.add_callback(std::make_shared<EarlyStoppingCallback>(config.train.early_stopping));
@@ -327,9 +333,12 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
     resume_from = resume->checkpoint;
     keep_resumed_precision(config, *resume);
     keep_autotuned(config, *resume);
-    config_changes = check_resume_config(config, *resume, request.allow_config_change);
   }
   RunPlan plan = resolve_plan(config, distributed);
+  // Compared as resolved: the model keys the data decides (a ViT's model.image_size: 0) are filled
+  // in as the saved config has them. (No precision trial ran: a resumed run keeps its precision.)
+  if (resume) config_changes = check_resume_config(plan.config, *resume, request.allow_config_change);
+  plan.resuming = resume.has_value();
   std::optional<AutotuneOutcome> tuned;
   if (!resume) tuned = autotune_new_run(request, plan, distributed);
   TrainingSetup setup = make_training(plan, distributed);

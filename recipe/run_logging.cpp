@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 Efficiency measure_efficiency(const Config& config, const data::InputShape& shape, torch::Device device) {
   if (!config.logging.flops) return {};
   const KeepRng keep_rng;  // building the copy draws random numbers
-  torch::nn::AnyModule model = make_model(config, shape.channels);
+  torch::nn::AnyModule model = make_model(config, shape);
   return measure_efficiency(model, shape, device, config.train.precision);
 }
 
@@ -25,7 +25,8 @@ std::function<double(int64_t)> training_flops_by_epoch(const Config& config, int
   const data::ResolutionSchedule& schedule = config.data.resolution_schedule;
   if (!config.logging.flops || !schedule.enabled()) return {};
   const KeepRng keep_rng;
-  torch::nn::AnyModule model = make_model(config, channels);
+  // Built for the first epoch's size (a ViT resizes its position embedding to the others).
+  torch::nn::AnyModule model = make_model(config, {channels, schedule.size_at(0), schedule.size_at(0)});
   std::map<int64_t, double> by_size;
   for (int64_t epoch = 0; epoch < config.train.epochs; ++epoch) {
     const int64_t size = schedule.size_at(epoch);

@@ -54,6 +54,8 @@ struct RunPlan {
   bool cudnn_benchmark = false;
   // The training split, made once (null for a plan of an application's own batch source).
   std::shared_ptr<data::Dataset> train_set;
+  // The run continues from a checkpoint, which holds the weights: model.pretrained is not read.
+  bool resuming = false;
 };
 
 }  // namespace stoker

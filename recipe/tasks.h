@@ -1,13 +1,19 @@
-// The one-shot tasks on a trained run: `trainer eval` (a checkpoint on the config's test split),
-// `trainer predict` (image files) and `trainer export` (TorchScript or a state dict).
+// The one-shot tasks on a trained run: `trainer eval` (a checkpoint on the config's test split) and
+// `trainer predict` (image files), and the loading of a checkpoint's model they share with
+// `trainer export` (recipe/export.h).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <torch/nn/modules/container/any.h>
+
+#include "data/batch_source.h"
+#include "optim/ema.h"
 #include "recipe/config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
@@ -54,22 +60,28 @@ struct ImagePrediction {
 // classifies it. An unreadable image is a stoker::Error naming it.
 std::vector<ImagePrediction> predict_images(const PredictRequest& request);
 
-// ---- trainer export -------------------------------------------------------------------------------
+// ---- shared by the tasks on a checkpoint (export too: recipe/export.h) ---------------------------
 
-struct ExportRequest {
-  std::filesystem::path checkpoint;
-  std::optional<std::filesystem::path> config_file;  // as PredictRequest: default the checkpoint's
-  std::vector<std::string> overrides;
-  // state_dict: torch.save format (models/state_dict.h; torchvision names for the torchvision-layout
-  // ResNets), in the run's dtype. torchscript: the model traced by libtorch's C++ tracer
-  // (models/torchscript.h) in eval mode, float32, contiguous, on the recipe's input size (its test
-  // data through data.eval_transforms); torch.jit.load / torch::jit::load.
-  std::string format = "state_dict";
-  bool use_ema = false;  // the checkpoint's EMA weights
-  std::filesystem::path output;
+// The config of a task on `checkpoint`: `config_file` with `overrides` when given, else the config
+// saved in the checkpoint with them. A config file that names another model.type than the
+// checkpoint was trained as is a stoker::Error naming both.
+Config checkpoint_task_config(const std::filesystem::path& checkpoint,
+                              const std::optional<std::filesystem::path>& config_file,
+                              const std::vector<std::string>& overrides);
+
+// The configured model with the checkpoint's weights, or its EMA weights swapped in for as long as
+// this lives; on `device` in train.precision's parameter dtype, in eval mode. Built for `input`, whose
+// size is 0 x 0 where the task does not know it: a model whose parameters depend on the size (a ViT)
+// takes it from the run's resolved config (model.image_size).
+struct CheckpointModel {
+  torch::nn::AnyModule model;
+  ModelEma ema{0.0};  // only holds the saved average
+  std::optional<EmaWeightsInModel> ema_weights;
 };
-// Loads the checkpoint's weights (or EMA weights) into the configured model on the CPU and writes
-// them to request.output in request.format.
-void export_checkpoint(const ExportRequest& request);
+// Weights that do not fit the configured model are a stoker::Error naming the file and, where the
+// checkpoint's saved config describes another model, both models.
+std::unique_ptr<CheckpointModel> load_checkpoint_model(const Config& config, const std::filesystem::path& checkpoint,
+                                                       bool use_ema, const data::InputShape& input,
+                                                       torch::Device device);
 
 }  // namespace stoker

@@ -188,8 +188,33 @@ void YamlReader::read_list(const YAML::Node& node, const std::string& path, std:
     fail(node, path, fmt::format("expected {}, got {} value(s)", expected, node.size()));
   }
   std::vector<T> values;
-  for (size_t i = 0; i < node.size(); ++i) values.push_back(number<T>(node[i], fmt::format("{}[{}]", path, i), rule));
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", path, i);
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!node[i].IsScalar() || !rule.accepts_string(node[i].Scalar())) fail_expected(node[i], at, rule.expected);
+      values.push_back(node[i].Scalar());
+    } else {
+      values.push_back(number<T>(node[i], at, rule));
+    }
+  }
   out = std::move(values);
+}
+
+void YamlReader::read_pairs(const YAML::Node& node, const std::string& path, StringPairs& out, const Rule& rule) const {
+  const std::string expected = fmt::format("a mapping of names to strings, e.g. {{\"backbone.\": \"\"}}, each {}",
+                                           rule.expected);
+  if (!node.IsMap()) fail_expected(node, path, expected);
+  StringPairs pairs;
+  for (const auto& kv : node) {
+    const std::string at = kv.first.IsScalar() ? join(path, kv.first.Scalar()) : path;
+    if (!kv.first.IsScalar() || !rule.accepts_string(kv.first.Scalar())) fail_expected(kv.first, at, rule.expected);
+    // `"backbone.": ` (nothing) reads as the empty string.
+    if (!kv.second.IsNull() && (!kv.second.IsScalar() || !rule.accepts_string(kv.second.Scalar()))) {
+      fail_expected(kv.second, at, rule.expected);
+    }
+    pairs.emplace_back(kv.first.Scalar(), kv.second.IsNull() ? std::string() : kv.second.Scalar());
+  }
+  out = std::move(pairs);
 }
 
 // Finds `key` in the current mapping and reads it with `read(node, path)` when it is there.
@@ -214,6 +239,8 @@ void YamlReader::read_field(const char* key, T& value, const Rule& rule) {
     value = number<uint64_t>(node, path, r);
   } else if constexpr (std::is_arithmetic_v<T>) {
     value = number<T>(node, path, rule);
+  } else if constexpr (std::is_same_v<T, StringPairs>) {
+    read_pairs(node, path, value, rule);
   } else {
     read_list(node, path, value, rule);
   }
@@ -229,7 +256,28 @@ void YamlReader::field(const char* key, std::vector<int64_t>& value, const Rule&
 void YamlReader::field(const char* key, std::vector<double>& value, const Rule& rule) {
   read_field(key, value, rule);
 }
+void YamlReader::field(const char* key, std::vector<std::string>& value, const Rule& rule) {
+  read_field(key, value, rule);
+}
+void YamlReader::field(const char* key, StringPairs& value, const Rule& rule) { read_field(key, value, rule); }
 void YamlReader::field(const char* key, uint64_t& value, const Rule& rule) { read_field(key, value, rule); }
+
+void YamlReader::all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule) {
+  Frame& frame = top();
+  frame.keys.insert(key);
+  const YAML::Node node = child(frame.node, key);
+  if (!node.IsDefined()) return;
+  const std::string path = join(frame.prefix, key);
+  bool flag = false;
+  if (node.IsScalar() && YAML::convert<bool>::decode(node, flag)) {
+    all = flag;
+    list.clear();
+    return;
+  }
+  if (!node.IsSequence()) fail_expected(node, path, rule.expected);
+  read_list(node, path, list, rules::at_least(0));
+  all = false;
+}
 
 // Visits the chosen type's options in the current frame, then its cross-key checks; a part's error
 // gets the key path and line of the mapping it came from.
@@ -380,6 +428,25 @@ void YamlWriter::field(const char* key, std::vector<double>& value, const Rule&)
   out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (double v : value) out_ << fmt::format("{}", v);
   out_ << YAML::EndSeq;
+}
+
+void YamlWriter::field(const char* key, std::vector<std::string>& value, const Rule&) {
+  out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& v : value) out_ << YAML::DoubleQuoted << v;
+  out_ << YAML::EndSeq;
+}
+void YamlWriter::field(const char* key, StringPairs& value, const Rule&) {
+  out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+  for (const auto& [from, to] : value) out_ << YAML::Key << YAML::DoubleQuoted << from << YAML::Value << YAML::DoubleQuoted << to;
+  out_ << YAML::EndMap;
+}
+
+void YamlWriter::all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule) {
+  if (all || list.empty()) {
+    field(key, all, rule);
+    return;
+  }
+  field(key, list, rule);
 }
 
 void YamlWriter::section(const char* key, const std::function<void()>& body) {

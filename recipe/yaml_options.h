@@ -56,7 +56,11 @@ class YamlReader : public OptionsVisitor {
   void field(const char* key, std::string& value, const Rule& rule) override;
   void field(const char* key, std::vector<int64_t>& value, const Rule& rule) override;
   void field(const char* key, std::vector<double>& value, const Rule& rule) override;
+  void field(const char* key, std::vector<std::string>& value, const Rule& rule) override;
+  void field(const char* key, StringPairs& value, const Rule& rule) override;
   void field(const char* key, uint64_t& value, const Rule& rule);
+  // A key that is true (`all`), false, or a list of integers >= 0 (model.activation_checkpointing: [0, 3]).
+  void all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule);
   void section(const char* key, const std::function<void()>& body) override;
   // The current section's `type` key and the chosen type's own keys.
   void typed(TypedOptions& value, const TypeCatalog& catalog, TypedLayout layout);
@@ -83,6 +87,7 @@ class YamlReader : public OptionsVisitor {
   Number number(const YAML::Node& node, const std::string& path, const Rule& rule) const;
   template <typename T>
   void read_list(const YAML::Node& node, const std::string& path, std::vector<T>& out, const Rule& rule) const;
+  void read_pairs(const YAML::Node& node, const std::string& path, StringPairs& out, const Rule& rule) const;
 
   std::string source_;
   AppliedOverrides overrides_;
@@ -103,7 +108,10 @@ class YamlWriter : public OptionsVisitor {
   void field(const char* key, std::string& value, const Rule& rule) override;
   void field(const char* key, std::vector<int64_t>& value, const Rule& rule) override;
   void field(const char* key, std::vector<double>& value, const Rule& rule) override;
+  void field(const char* key, std::vector<std::string>& value, const Rule& rule) override;
+  void field(const char* key, StringPairs& value, const Rule& rule) override;
   void field(const char* key, uint64_t& value, const Rule& rule);
+  void all_or_list(const char* key, bool& all, std::vector<int64_t>& list, const Rule& rule);
   void section(const char* key, const std::function<void()>& body) override;
   void typed(TypedOptions& value, const TypeCatalog& catalog, TypedLayout layout);
   void typed_list(const char* key, std::vector<TypedOptions>& list, const TypeCatalog& catalog);

@@ -6,14 +6,16 @@
 #   scripts/bundle_device.sh [BUILD_DIR] [OUT_DIR]     # defaults: build/release .bundle
 #
 # OUT_DIR (recreated) then holds
-#   bin/          trainer, the stoker_tests_<folder> binaries (and stoker_tests, which runs them all),
-#                 stoker_bench_preprocess, stoker_bench_dist_sync (those built), stripped
+#   bin/          trainer and stoker_tests_gpu (every test file with GPU tests in one statically linked
+#                 program: twelve folder binaries do not fit the machine's 64 MiB), stripped, and
+#                 stoker_tests, which runs it with its arguments; STOKER_BUNDLE_ALL_TESTS=1 carries the
+#                 stoker_tests_<folder> binaries instead (stoker_tests then runs each in turn)
 #   lib/          the non-torch libraries (yaml-cpp, spdlog, fmt, OpenCV core+imgproc and what they
 #                 pull in, libjpeg, libpng, zlib, ...), symlinks dereferenced, named by soname
 #   lib/fallback/ Debian's libstdc++, used by env.sh only when the machine's own is too old
 #   env.sh        `source OUT_DIR/env.sh` on the device (bash), from the repository root
 #
-# The repository files the tests and benchmarks read (configs/, bench/, tests/**/*.py) are not
+# The repository files the tests and the pass read (configs/, bench/, scripts/, tests/**/*.py) are not
 # copied: the device runs commands in a copy of the working tree, and env.sh points the tests at it
 # (STOKER_SOURCE_DIR, see tests/test_util.h). The torch libraries are not copied either: env.sh finds
 # the device's torch through `python3` (or $STOKER_PYTHON, or $STOKER_TORCH_LIB = <torch>/lib).
@@ -24,7 +26,11 @@
 #
 # Finally it checks the bundle here, in a bare environment with the local venv's torch standing in
 # for the device's: nothing resolves to Debian's libraries, `trainer --help` and
-# `stoker_tests --gtest_list_tests` run. It fails when the bundle exceeds 64 MiB (the carry limit).
+# `stoker_tests --gtest_list_tests` run. The device takes at most 64 MiB of working tree and carried
+# files together: the bundle, the working tree as the device copies it (tracked files and untracked
+# ones git does not ignore) and the data the pass reads (none: it generates its data; name any other
+# in STOKER_BUNDLE_DATA, space-separated paths) are measured together, and it fails, with the three
+# sizes and the biggest files, when they exceed it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,8 +52,14 @@ site=$(cd "$torch_lib/../.." && pwd)
 
 # --- Programs.
 programs=()
-for p in apps/trainer "$BUILD"/tests/stoker_tests_* bench/stoker_bench_preprocess bench/stoker_bench_dist_sync; do
-  [[ $p == /* ]] || p=$BUILD/$p
+if [[ ${STOKER_BUNDLE_ALL_TESTS:-0} == 1 ]]; then
+  tests=("$BUILD"/tests/stoker_tests_*)
+else
+  tests=("$BUILD/tests/stoker_tests_gpu")
+  [[ -x ${tests[0]} ]] || die "${tests[0]} is not built (ninja -C $BUILD stoker_tests_gpu)"
+fi
+for p in "$BUILD/apps/trainer" "${tests[@]}"; do
+  [[ ${STOKER_BUNDLE_ALL_TESTS:-0} == 1 && $p == */stoker_tests_gpu ]] && continue  # its tests are the folders'
   [[ -f $p && -x $p ]] && programs+=("$p")
 done
 [[ -x $BUILD/apps/trainer ]] || die "$BUILD/apps/trainer is not built (cmake --build $BUILD --target trainer)"
@@ -59,8 +71,9 @@ for p in "${programs[@]}"; do
   cp -L "$p" "$OUT/bin/"
   strip --strip-unneeded "$OUT/bin/$(basename "$p")"
 done
-# stoker_tests: every folder's test binary (stoker_tests_<folder>) in turn with the same arguments,
-# e.g. stoker_tests --gtest_filter='*Gpu*:*Cuda*'; exits non-zero when any of them does.
+# stoker_tests: every test binary carried (stoker_tests_gpu, or each stoker_tests_<folder>) in turn
+# with the same arguments, e.g. stoker_tests --gtest_filter='*Gpu*:*Cuda*'; exits non-zero when any
+# of them does. The GPU pass itself is the working tree's scripts/gpu_pass.sh.
 cat >"$OUT/bin/stoker_tests" <<'SH'
 #!/usr/bin/env bash
 status=0
@@ -71,9 +84,6 @@ done
 exit $status
 SH
 chmod +x "$OUT/bin/stoker_tests"
-# The one-command GPU pass (../shared/GPU_CHECKLIST.md): stoker_gpu_pass [OUT_DIR] writes a summary.
-cp scripts/gpu_pass.sh "$OUT/bin/stoker_gpu_pass"
-chmod +x "$OUT/bin/stoker_gpu_pass"
 
 # --- Libraries. Left to the device: glibc's, the C++ runtime's and whatever torch's wheels ship
 # (libgomp in torch/lib, libcudart in nvidia/cu13/lib, ...).
@@ -202,13 +212,27 @@ if (( _sb_rc != 0 )); then unset _sb_rc; return 1; fi
 unset _sb_rc
 EOF
 
-# --- Size.
-total=$(du -sb "$OUT" | cut -f1)
-echo "bundle_device: $OUT: $((total / 1024 / 1024)) MiB ($total bytes); libraries: ${copied[*]}"
+# --- Size: the bundle, the working tree as the device copies it, and the data the pass reads, against
+# the carry limit.
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+bundle_bytes=$(du -sb "$OUT" | cut -f1)
+tree_bytes=0
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+fi
+data_bytes=0
+for d in ${STOKER_BUNDLE_DATA:-}; do
+  [[ -e $d ]] || die "STOKER_BUNDLE_DATA names $d, which does not exist"
+  data_bytes=$((data_bytes + $(du -sbL "$d" | cut -f1)))
+done
+total=$((bundle_bytes + tree_bytes + data_bytes))
+echo "bundle_device: bundle $(mib "$bundle_bytes") + working tree $(mib "$tree_bytes") + data $(mib "$data_bytes")" \
+     "= $(mib "$total") of ${LIMIT_MIB} MiB; libraries: ${copied[*]}"
 if (( total > LIMIT_MIB * 1024 * 1024 )); then
-  echo "bundle_device: the biggest files:" >&2
+  echo "bundle_device: the biggest files of the bundle:" >&2
   find "$OUT" -type f -printf '%s\t%P\n' | sort -rn | head -n 10 >&2
-  die "the bundle is over the ${LIMIT_MIB} MiB carry limit"
+  die "bundle $(mib "$bundle_bytes"), working tree $(mib "$tree_bytes") and data $(mib "$data_bytes") make" \
+      "$(mib "$total"), over the ${LIMIT_MIB} MiB the GPU machine accepts"
 fi
 
 # --- Check it here, in a bare environment, with the local torch standing in for the device's.
@@ -230,4 +254,4 @@ if compgen -G "$OUT/bin/stoker_tests_*" >/dev/null; then
     || die "'stoker_tests --gtest_list_tests' fails with only the bundle and torch"
   echo "bundle_device: the stoker_tests_* binaries list $(grep -c '^  ' <<<"$tests") tests"
 fi
-echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && stoker_gpu_pass \$OUT"
+echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && scripts/gpu_pass.sh \"\$OUT\""

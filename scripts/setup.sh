@@ -2,7 +2,8 @@
 # Installs everything Stoker needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages (compiler, CMake, Ninja, ccache, yaml-cpp, spdlog/fmt, OpenCV core+imgproc,
 #     libjpeg-turbo, libpng, zlib, GoogleTest, gloo's headers for c10d, the Fashion-MNIST data set,
-#     clang with its libFuzzer runtime for the fuzz targets of scripts/fuzz.sh);
+#     clang with its libFuzzer runtime for the fuzz targets of scripts/fuzz.sh, ONNX's protobuf classes
+#     and checker with protobuf for `trainer export --format onnx`);
 #   - libtorch (torch==2.11.0 from PyPI) in a virtual environment outside the clone, under
 #     $STOKER_CACHE (default ~/.cache/stoker), reused by every later run.
 # Skips the libtorch install when the user brings their own (Torch_DIR or STOKER_TORCH_DIR set).
@@ -21,7 +22,7 @@ APT_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libgtest-dev libcli11-dev libgloo-dev dataset-fashion-mnist
-  nlohmann-json3-dev libcurl4-openssl-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libonnx-dev libprotobuf-dev
   clang libclang-rt-14-dev
 )
 

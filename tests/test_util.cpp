@@ -3,6 +3,8 @@
 
 #include <torch/cuda.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <png.h>
@@ -134,6 +136,21 @@ const char* from_env(const char* name, const char* fallback) {
 const char* source_dir() { return from_env("STOKER_SOURCE_DIR", kBuiltSourceDir); }
 const char* trainer_bin() { return from_env("STOKER_TRAINER_BIN", kBuiltTrainerBin); }
 
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(s);
+  return port;
+}
+
 int shell(const std::string& command) {
   const int status = std::system(command.c_str());
   return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
@@ -166,6 +183,21 @@ std::string cuda_missing(bool kernels) {
 bool cuda_required() {
   const char* value = std::getenv("STOKER_REQUIRE_CUDA");
   return value != nullptr && std::string(value) == "1";
+}
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(s);
+  return port;
 }
 
 }  // namespace stoker::testing

@@ -76,6 +76,9 @@ std::string read_bytes(const std::filesystem::path& path);
 // saying what is missing and how to get it, when there is none.
 std::filesystem::path venv_python(std::string* why);
 
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
 // Runs `command` with /bin/sh; returns its exit status (-1 when it did not exit normally).
 int shell(const std::string& command);
 

@@ -21,10 +21,14 @@ namespace stoker {
 
 CheckpointCallback::CheckpointCallback(const std::filesystem::path& folder, CheckpointOptions options)
     : folder_(folder), options_(std::move(options)) {
-  std::filesystem::create_directories(folder_);
+  if (!folder_.empty()) std::filesystem::create_directories(folder_);
 }
 
 void CheckpointCallback::save(Trainer& trainer, const char* name) {
+  if (folder_.empty()) {  // takes part in the save, writes nothing
+    trainer.save_checkpoint({});
+    return;
+  }
   const auto path = folder_ / name;
   trainer.save_checkpoint(path);
   last_saved_ = SavedCheckpoint{path, trainer.state().step};
@@ -56,6 +60,7 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
   if (options.save_last) save(trainer, "last.pt");
   if (improved && options.save_best) {
     save(trainer, "best.pt");
+    if (folder_.empty()) return;
     logger().info("new best {} = {:.4f} at epoch {}: saved checkpoints/best.pt", options.best_metric,
                   value, r.epoch + 1);
   }
@@ -64,6 +69,7 @@ void CheckpointCallback::on_epoch_end(Trainer& trainer, const EpochResult& r) {
 void CheckpointCallback::on_fit_end(Trainer& trainer, const FitResult& result) {
   if (result.interrupted && options_.save_last) {
     save(trainer, "last.pt");
+    if (folder_.empty()) return;
     logger().warn("stopped at epoch {}, batch {} (step {}); saved {}",
                   trainer.state().epoch + 1, trainer.state().batch_in_epoch, trainer.state().step,
                   (folder_ / "last.pt").string());

@@ -38,6 +38,8 @@ struct TraceOptions {
 
 // Saves `checkpoints/last.pt` after every epoch (and every checkpoint.every_steps steps, and when
 // a run is interrupted), and `checkpoints/best.pt` whenever checkpoint.best_metric improves.
+// An empty `folder`: a rank that writes nothing but takes part in each save at the same moments (a
+// sharded optimizer's state is gathered on rank 0 then: Trainer::save_checkpoint).
 class CheckpointCallback : public Callback {
  public:
   CheckpointCallback(const std::filesystem::path& folder, CheckpointOptions options);

@@ -146,6 +146,32 @@ void open_checkpoint(const fs::path& path, torch::serialize::InputArchive& archi
 
 }  // namespace
 
+bool is_stoker_checkpoint(const fs::path& path) {
+  try {
+    torch::serialize::InputArchive archive;
+    open_checkpoint(path, archive, torch::kCPU);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> read_checkpoint_weights(const fs::path& path, bool ema) {
+  torch::serialize::InputArchive archive;
+  open_checkpoint(path, archive, torch::kCPU);
+  const std::string prefix = ema ? kEmaPrefix : "model.";
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const std::string& key : archive.keys()) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    torch::Tensor t;
+    if (archive.try_read(key, t, /*is_buffer=*/true) || archive.try_read(key, t)) {
+      out.emplace_back(key.substr(prefix.size()), t);
+    }
+  }
+  STOKER_CHECK(!out.empty(), "checkpoint {} holds no {}", path.string(), ema ? "EMA of the weights" : "model weights");
+  return out;
+}
+
 std::string read_checkpoint_config(const fs::path& path) {
   torch::serialize::InputArchive archive;
   open_checkpoint(path, archive, torch::kCPU);

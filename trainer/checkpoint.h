@@ -78,6 +78,14 @@ CheckpointContent load_checkpoint(const std::filesystem::path& path, torch::nn::
                                   torch::optim::Optimizer* optimizer, torch::Device device,
                                   const std::vector<CheckpointPart>& parts = {});
 
+// Whether `path` is a Stoker checkpoint (a readable archive with the format marker), without
+// throwing.
+bool is_stoker_checkpoint(const std::filesystem::path& path);
+// The model's parameters and buffers saved in a checkpoint, by name, on the CPU (model.pretrained from
+// a run of Stoker's own); the EMA of the weights instead with `ema` (an error when it has none).
+std::vector<std::pair<std::string, torch::Tensor>> read_checkpoint_weights(const std::filesystem::path& path,
+                                                                            bool ema = false);
+
 // The resolved config YAML saved in a checkpoint (empty if it has none).
 std::string read_checkpoint_config(const std::filesystem::path& path);
 // The world size a checkpoint's run trained with (TrainState::world_size; 0 when not recorded).

@@ -230,7 +230,20 @@ std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor& input, cons
 }
 
 bool CudaGraphStep::active() const { return state_->graph != nullptr && !state_->disabled; }
+
+void CudaGraphStep::recapture() {
+  if (state_->graph && !state_->disabled) {
+    state_->drop_graph();
+    logger().info("train.cuda_graph: the step changed (parameters frozen or released); capturing it again");
+  }
+}
 bool CudaGraphStep::disabled() const { return state_->disabled; }
+
+void CudaGraphStep::recapture(const std::string& why) {
+  if (!state_->graph) return;
+  logger().info("train.cuda_graph: {}; capturing the step again", why);
+  state_->drop_graph();
+}
 
 void CudaGraphStep::disable(const std::string& why) {
   if (state_->disabled) return;
@@ -249,7 +262,9 @@ CudaGraphStep::CudaGraphStep(torch::Device device, StepFunction, Hooks, int) : s
 }
 
 std::optional<torch::Tensor> CudaGraphStep::run(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
+void CudaGraphStep::recapture(const std::string&) {}
 bool CudaGraphStep::active() const { return false; }
+void CudaGraphStep::recapture() {}
 bool CudaGraphStep::disabled() const { return state_->disabled; }
 
 void CudaGraphStep::disable(const std::string& why) {

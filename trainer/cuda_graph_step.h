@@ -60,8 +60,15 @@ class CudaGraphStep {
   // graph is disabled, or the batch's shape is not the captured one).
   std::optional<torch::Tensor> run(const torch::Tensor& input, const torch::Tensor& target);
 
+  // Lets go of a captured graph, so that the next calls warm up and capture the step again (what the
+  // step computes changed: parameters were frozen or released). Nothing before a capture.
+  void recapture();
   // Stops using the graph for good; `why` is logged once.
   void disable(const std::string& why);
+  // Lets go of a captured graph (nothing when none is): the tensors it reads were replaced, e.g. the
+  // optimizer state by a loaded checkpoint, so replaying it would update the old ones. The next calls
+  // warm up and capture again; `why` is logged.
+  void recapture(const std::string& why);
   bool disabled() const;
   // Captured: the steps are replays from now on.
   bool active() const;

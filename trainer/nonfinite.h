@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +79,10 @@ class NonfiniteWatch {
   // Device-side bookkeeping, safe inside a CUDA-graph capture (the flags are updated in place).
   void note_loss(const torch::Tensor& loss);
   void note_gradients(const std::vector<torch::Tensor>& params);
+  // Data parallel where each rank sees part of the gradients (ZeRO-1): this step's flags become their
+  // maximum over the ranks (`max_over_ranks` reduces them in place), so that every rank skips or stops
+  // at the same step.
+  void combine(const std::function<void(torch::Tensor&)>& max_over_ranks) { max_over_ranks(flags_); }
 
   // skip: reads this step's flags (a synchronisation) and, when they are set, counts the step and
   // returns true (the caller must not update the weights); throws after max_skips in a row.

@@ -34,8 +34,11 @@ std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& opt
     return "train.on_nonfinite: skip decides on the host, step by step, whether to update (use stop)";
   }
   auto* amp = dynamic_cast<AmpStepOptimizer*>(&optimizer);
-  if (amp == nullptr || !amp->capturable()) return "it needs optimizer.implementation: fused (or auto)";
-  return "";
+  if (amp == nullptr) {
+    return "it needs one of Stoker's optimizers (stoker::make_optimizer) with optimizer.implementation: fused "
+           "(or auto)";
+  }
+  return amp->capture_obstacle();
 }
 
 // The parts must arrive ready to train: the model on the device, in the precision's parameter dtype.
@@ -54,20 +57,6 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
                  "the model before building the Trainer (stoker::prepare_model in trainer/precision.h does it)",
                  item.key(), c10::toString(p.scalar_type()), precision_name(o.precision), c10::toString(dtype));
   }
-}
-
-// The evaluation of all ranks' shards from each rank's: sample-weighted means of the sums.
-EvalResult sum_over_ranks(distributed::DataParallel& dp, const EvalResult& mine) {
-  const auto n = static_cast<double>(mine.samples);
-  std::vector<double> sums = {mine.loss * n, mine.top1 * n, mine.top5 * n, n};
-  dp.sum(sums);
-  EvalResult all;
-  all.samples = static_cast<int64_t>(sums[3]);
-  if (all.samples == 0) return all;
-  all.loss = sums[0] / sums[3];
-  all.top1 = sums[1] / sums[3];
-  all.top5 = sums[2] / sums[3];
-  return all;
 }
 
 // train.cuda_graph: the step captured once and replayed, with the hooks the optimizer and the loss
@@ -133,8 +122,16 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   train_correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   precision_summary_ = describe_precision(options_.precision);  // the run applies it (apply_global_precision)
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
-  for (const auto& p : module().parameters()) {
-    if (p.requires_grad()) params_.push_back(p);
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.requires_grad()) params_.push_back(p);
+    }
+  }
+  sharded_ = dynamic_cast<ShardedOptimizer*>(optimizer_.get());
+  if (sharded_) {
+    STOKER_CHECK(data_parallel_.get() == &sharded_->shards(),
+                 "Trainer: a ShardedOptimizer needs its ShardedDataParallel as TrainerParts::data_parallel");
+    params_ = sharded_->pieces();  // this rank clips and checks the gradients it steps with
   }
   if (options_.cuda_graph) {
     graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
@@ -161,6 +158,27 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 bool Trainer::graph_active() const { return graph_ && graph_->active(); }
+
+void Trainer::trainable_changed() {
+  params_.clear();
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.requires_grad()) params_.push_back(p);
+    }
+  }
+  if (graph_) graph_->recapture();
+}
+
+void Trainer::set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel) {
+  STOKER_CHECK(data_parallel_ != nullptr && data_parallel != nullptr,
+               "Trainer::set_data_parallel replaces the data-parallel part of a Trainer that has one");
+  data_parallel_ = std::move(data_parallel);
+}
+
+void Trainer::train_mode() {
+  module().train();
+  for (auto& cb : callbacks_) cb->on_model_train(*this);
+}
 
 std::optional<double> Trainer::take_gpu_idle() {
   if (idle_read_step_ != state_.step) {
@@ -191,13 +209,21 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
   if (!scaler_->enabled()) watch_->note_gradients(params_);
+  if (sharded_) {  // each rank saw its pieces of the gradients: all agree on skipping or stopping
+    watch_->combine([this](torch::Tensor& flags) { data_parallel_->all_reduce({flags}, distributed::ReduceOp::kMax); });
+  }
   if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
     restore_buffers();
     return;
   }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
-    clip_grad_norm(params_, options_.grad_clip_norm);
+    if (sharded_) {  // the global norm: the squared norms of every rank's pieces summed
+      clip_grad_norm(params_, options_.grad_clip_norm,
+                     [this](torch::Tensor& squared) { data_parallel_->all_reduce({squared}, distributed::ReduceOp::kSum); });
+    } else {
+      clip_grad_norm(params_, options_.grad_clip_norm);
+    }
   }
   scaler_->step(*optimizer_);
   scaler_->update();
@@ -234,8 +260,13 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
 }
 
 void Trainer::finish_optimizer_step() {
-  // A replayed graph overwrites its static gradients; eager steps start from cleared ones.
-  if (!graph_active()) optimizer_->zero_grad();
+  // A replayed graph overwrites its static gradients; eager steps start from cleared ones (ZeRO-1's
+  // in place: they are views into its buckets).
+  if (sharded_) {
+    sharded_->zero_gradients();
+  } else if (!graph_active()) {
+    optimizer_->zero_grad();
+  }
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
@@ -318,30 +349,6 @@ torch::Tensor Trainer::train_step(const data::Batch& batch) {
   return eager_step(batch, group);
 }
 
-// ---- evaluation -----------------------------------------------------------------------------------
-
-EvalResult Trainer::evaluate() {
-  STOKER_CHECK(eval_ != nullptr, "Trainer::evaluate: this Trainer has no evaluation source; hand one to its "
-               "constructor (or make_trainer) to evaluate");
-  if (data_parallel_) {
-    // Rank 0's buffers (BatchNorm's running statistics) everywhere, as DDP's broadcast_buffers.
-    std::vector<torch::Tensor> buffers = module().buffers();
-    data_parallel_->broadcast(buffers);
-  }
-  module().eval();
-  EvalResult result = evaluate_model([this](const torch::Tensor& x) { return forward(x); }, *eval_);
-  eval_->take_times();  // evaluation's data times are not the training epoch's
-  module().train();
-  if (data_parallel_) result = sum_over_ranks(*data_parallel_, result);
-  return result;
-}
-
-EvalResult Trainer::evaluate_ema() {
-  STOKER_CHECK(ema_ != nullptr, "evaluate_ema() needs an EMA of the weights; set train.ema_decay");
-  EmaWeightsInModel swap(*ema_, module());
-  return evaluate();
-}
-
 // ---- the loop -------------------------------------------------------------------------------------
 
 std::optional<data::Batch> Trainer::next_batch() {
@@ -365,8 +372,10 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   while (true) {
     const double t0 = now_s();
     const std::optional<data::Batch> batch = next_batch();
-    const double t1 = now_s();
     if (!batch) break;
+    // The batch operations' time (mixup, erasing: device work issued on this thread) is step time,
+    // not data wait: more loader workers would not shorten it.
+    const double t1 = now_s() - batch->ops_seconds;
     StepInfo info;
     info.lr = lr_at(state_.step);
     const int64_t steps_before = state_.step;
@@ -427,7 +436,7 @@ FitResult Trainer::fit() {
     const int64_t epoch = state_.epoch;
     train_->take_times();  // before the workers start on this epoch: its times start from zero
     train_->start_epoch(epoch, state_.batch_in_epoch);
-    module().train();
+    train_mode();
     for (auto& cb : callbacks_) cb->on_epoch_start(*this, epoch);
     const double epoch_start = now_s();
     EpochResult er;

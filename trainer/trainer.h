@@ -38,6 +38,7 @@
 #include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
+#include "trainer/sharded_optimizer.h"
 
 namespace stoker {
 
@@ -67,6 +68,10 @@ struct FitResult {
   double seconds = 0;
 };
 
+// distributed.eval_bn: how the ranks' BatchNorm running statistics are made the same before an
+// evaluation: rank 0's everywhere (broadcast), or their mean over the ranks (reduce; timm's --dist-bn).
+enum class EvalBatchNorm { kBroadcast, kReduce };
+
 // What the loop itself needs to know; everything else comes with the parts.
 struct TrainerOptions {
   int64_t epochs = 10;
@@ -81,6 +86,7 @@ struct TrainerOptions {
   // Data parallel: how often (in optimizer steps) the ranks agree on stop requests (a signal on any
   // rank stops all at the same step); each check is a small all-reduce that waits for the step.
   int64_t stop_check_every = 1;
+  EvalBatchNorm eval_bn = EvalBatchNorm::kBroadcast;  // data parallel: before each evaluation
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
@@ -101,7 +107,9 @@ struct TrainerParts {
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
   // Data-parallel training (distributed::ProcessGroup::data_parallel): the last batch of each optimizer
-  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards.
+  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards. ZeRO-1
+  // (ProcessGroup::sharded_data_parallel) with a ShardedOptimizer over it (trainer/sharded_optimizer.h)
+  // as the optimizer: gradients reduce-scattered, each rank stepping its pieces.
   std::shared_ptr<distributed::DataParallel> data_parallel;  // empty: one process
 };
 
@@ -121,6 +129,9 @@ class Callback {
   virtual ~Callback() = default;
   virtual void on_fit_start(Trainer&) {}
   virtual void on_epoch_start(Trainer&, int64_t /*epoch*/) {}
+  // After the Trainer put the model in training mode (each epoch's start, and after each
+  // evaluation): a callback may put parts of it back in eval mode (model.freeze's BatchNorm layers).
+  virtual void on_model_train(Trainer&) {}
   virtual void on_train_step_end(Trainer&, const StepInfo&) {}
   virtual void on_validation_end(Trainer&, const EpochResult&) {}
   virtual void on_epoch_end(Trainer&, const EpochResult&) {}
@@ -178,8 +189,18 @@ class Trainer {
   // end of each epoch and before every checkpoint).
   void check_finite();
 
+  // Call after changing which of the optimizer's parameters require gradients (freezing or releasing
+  // part of the model, trainer/freeze.h): the clipping and inf/NaN checks take the new set, and a
+  // captured CUDA graph (whose backward computed the old set's gradients) is captured again.
+  void trainable_changed();
+  // Replaces the data-parallel part (data parallel: a new gradient synchronisation over the parameters
+  // that now require gradients, made by the process group after trainable_changed()).
+  void set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel);
+
   // ---- checkpoints ----
   // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
+  // With a sharded optimizer every rank must call it at once (the optimizer state is gathered on rank
+  // 0, which alone writes `path`; the others write nothing and may pass an empty path).
   void save_checkpoint(const std::filesystem::path& path);
   // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint. Without
   // `optimizer_state` the optimizer keeps its fresh state (a run resumed with another optimizer.type).
@@ -229,6 +250,7 @@ class Trainer {
   // Whether to stop after optimizer step `step`: the request as it is alone; data parallel, the ranks'
   // requests combined at every stop_check_every-th step (and at `epoch_end`), false in between.
   bool stop_agreed(int64_t step, bool epoch_end);
+  void train_mode();  // the model in training mode, then the callbacks' on_model_train
   // Data parallel: whether any rank asks for each of `flags` (a small all-reduce); alone: `flags`.
   std::vector<bool> agree(const std::vector<bool>& flags);
   std::vector<CheckpointPart> checkpoint_parts();
@@ -250,7 +272,10 @@ class Trainer {
   int64_t idle_read_step_ = -1;           // the step of the last take_gpu_idle() ...
   std::optional<double> idle_reading_;    // ... and what it read
   std::vector<std::shared_ptr<Callback>> callbacks_;
-  std::vector<torch::Tensor> params_;  // trainable parameters, for clipping
+  // The optimizer's parameters that require gradients (ZeRO-1: this rank's pieces), for clipping and
+  // the inf/NaN checks.
+  std::vector<torch::Tensor> params_;
+  ShardedOptimizer* sharded_ = nullptr;  // optimizer_, when it is sharded (ZeRO-1)
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "optim/optim.h"
+#include "trainer/cuda_graph_step.h"
 
 namespace stoker {
 
@@ -40,6 +41,13 @@ void Trainer::check_weights_finite() {
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
   check_finite();
   check_weights_finite();
+  if (sharded_ && data_parallel_->rank() != 0) {
+    // Rank 0 writes, the optimizer state gathered there from every rank's pieces, this one's too.
+    torch::serialize::OutputArchive unused;
+    optimizer_->save(unused);
+    return;
+  }
+  STOKER_CHECK(!path.empty(), "Trainer::save_checkpoint: no path to write the checkpoint to");
   CheckpointContent content;
   content.state = state_;
   content.state.world_size = data_parallel_ ? data_parallel_->world_size() : 1;
@@ -67,6 +75,9 @@ void Trainer::load_checkpoint(const std::filesystem::path& path, bool optimizer_
                path.string(), content.state.batch_in_epoch, train_->num_batches());
   state_ = content.state;
   match_state_layout(*optimizer_);  // the run may be resumed with train.channels_last toggled
+  // A captured step reads the optimizer state, the loss scale and the gradients it held at capture
+  // time; loading replaced some of them (issue 33, G27): the next step captures again.
+  if (graph_) graph_->recapture(fmt::format("loaded the checkpoint {}", path.string()));
   // A checkpoint without an EMA (train.ema_decay was 0) starts one from the weights at the next step.
   if (ema_ && !content.ema.empty()) ema_->load(content.ema, content.ema_updates, module(), path.string());
 }

@@ -91,6 +91,47 @@ TEST(Idx, ClassNamesOnlyWhenNamed) {
   EXPECT_CONTAINS(error_of([&] { create_dataset(o); }), "data.idx.class_names: fashion_mnist names 10 classes");
 }
 
+// data.idx.classes keeps some classes and relabels them in the order given; train_per_class keeps the
+// first N training samples of each (the test split stays whole): the transfer experiment's data.
+TEST(Idx, ClassesKeepAndRelabelAndTrainPerClassTakesTheFirstOfEach) {
+  TempDir dir;
+  stoker::testing::write_synthetic_idx_dataset(dir.path(), 200, 100, 12);
+  for (const std::string split : {"train", "test"}) {
+    SCOPED_TRACE(split);
+    DatasetOptions all = options("idx", dir.path(), split);
+    const auto everything = create_dataset(all);
+    DatasetOptions o = all;
+    o.num_classes = 5;
+    o.own = dataset_type_options("idx");
+    o.own.as<IdxOptions>().classes = {9, 5, 6, 7, 8};
+    o.own.as<IdxOptions>().train_per_class = 3;
+    const auto kept = create_dataset(o);
+    std::vector<int64_t> per_class(5, 0);
+    int64_t k = 0;
+    RawSample a, b;
+    for (int64_t i = 0; i < everything->size(); ++i) {
+      everything->read(i, a);
+      if (a.label < 5) continue;
+      const int64_t relabel = a.label == 9 ? 0 : a.label - 4;
+      if (split == "train" && per_class[relabel] >= 3) continue;
+      ASSERT_LT(k, kept->size());
+      kept->read(k++, b);
+      EXPECT_EQ(b.label, relabel);
+      EXPECT_EQ(b.image.pixels, a.image.pixels);
+      ++per_class[relabel];
+    }
+    EXPECT_EQ(k, kept->size());
+    if (split == "train") EXPECT_EQ(kept->size(), 15);
+  }
+  DatasetOptions o = options("idx", dir.path(), "train");
+  o.own = dataset_type_options("idx");
+  o.own.as<IdxOptions>().classes = {0, 1, 2};
+  EXPECT_CONTAINS(error_of([&] { create_dataset(o); }),
+                  "data.idx.classes keeps 3 classes but data.num_classes is 10; set data.num_classes: 3");
+  o.own.as<IdxOptions>().classes = {0, 1, 1};
+  EXPECT_CONTAINS(error_of([&] { o.own.options().check(); }), "classes lists label 1 twice");
+}
+
 TEST(ImageFolder, MissingRootAndEmptyClassesAreClearErrors) {
   TempDir dir;
   EXPECT_CONTAINS(error_of([&] { ImageFolderDataset(options("image_folder", dir.path())); }),

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/core/CachingHostAllocator.h>
+
+#include "data/resolution.h"
 #include "data/transform_options.h"
 #include "test_util.h"
 
@@ -108,6 +111,38 @@ TEST(RetunableLoader, TheReplacedLoaderIsRetiredEvenWhileOthersHoldIt) {
   EXPECT_CONTAINS(stoker::testing::error_of([&] { first->next(); }), "this loader was retired");
   EXPECT_CONTAINS(stoker::testing::error_of([&] { first->start_epoch(0); }), "this loader was retired");
   EXPECT_EQ(loader.next()->index, 1);
+}
+
+// The pinned bytes the caching host allocator holds (in use or cached) after one epoch of a loader on
+// the GPU that trained at each of `sizes` in turn (one epoch each), starting from an empty cache.
+int64_t pinned_bytes_after(const std::vector<int64_t>& sizes) {
+  at::HostAllocator* host = at::getHostAllocator(at::kCUDA);
+  host->empty_cache();
+  const int64_t before = host->get_stats().allocated_bytes.current;
+  const int64_t n = 24, side = 64;
+  auto set = std::make_shared<TensorImageDataset>(std::vector<uint8_t>(n * side * side * 3, 7),
+                                                  std::vector<int64_t>(n, 1), side, side, 3, 10, "flat");
+  LoaderOptions o = options(1);
+  o.device = torch::Device(torch::kCUDA, 0);
+  TypedOptions crop = make_transform("random_crop");
+  crop.as<RandomCropOptions>().size = sizes.front();
+  o.transforms = {crop};
+  RetunableLoader loader(set, o);
+  loader.set_resolution([sizes](int64_t epoch) { return sizes[static_cast<size_t>(epoch)]; }, o.transforms);
+  for (size_t e = 0; e < sizes.size(); ++e) (void)epoch_of(loader, static_cast<int64_t>(e));
+  return host->get_stats().allocated_bytes.current - before;
+}
+
+// Issue 33, G26: each loader replacement (here a new resolution each epoch, whose buffers fall in
+// another of the allocator's power-of-two sizes) pins new buffers; the retired loader's go back to
+// the system, so a run that changed size four times holds what one that never changed holds.
+TEST(RetunableLoaderGpu, ARetiredLoadersPinnedBuffersAreReleased) {
+  STOKER_NEEDS_CUDA();
+  const int64_t alone = pinned_bytes_after({64});
+  const int64_t schedule = pinned_bytes_after({16, 24, 32, 48, 64});
+  EXPECT_GT(alone, 0);
+  EXPECT_LE(schedule, alone + alone / 5) << "pinned after training at 64 only: " << alone
+                                         << " bytes; after 16, 24, 32, 48 then 64: " << schedule;
 }
 
 }  // namespace

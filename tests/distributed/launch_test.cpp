@@ -1,5 +1,4 @@
 #include "distributed/launch.h"
-#include "distributed/process_group.h"
 
 #include <gtest/gtest.h>
 
@@ -105,31 +104,4 @@ TEST(Launch, BadValuesNameTheVariable) {
 }
 
 }  // namespace
-// Issue 24, G5: the peer watchdog's decision, on recorded heartbeats (the store and the abort are
-// process_group.cpp's): a peer whose heartbeat stops changing for longer than the timeout is named;
-// a peer that keeps beating, however slow its training, is not.
-TEST(PeerWatch, APeerWhoseHeartbeatStopsIsNamed) {
-  using namespace std::chrono_literals;
-  const auto t0 = PeerWatch::Clock::now();
-  PeerWatch watch(/*rank=*/0, /*world_size=*/3, /*timeout=*/10s, t0);
-  for (int64_t s = 1; s <= 30; ++s) {
-    const auto now = t0 + std::chrono::seconds(s);
-    watch.beat(1, std::to_string(s), now);            // rank 1 beats every second
-    if (s <= 5) watch.beat(2, std::to_string(s), now);  // rank 2 stops after 5 s
-    const auto silent = watch.silent(now);
-    if (s <= 15) {
-      EXPECT_FALSE(silent.has_value()) << "at " << s << " s";
-    } else {
-      ASSERT_TRUE(silent.has_value()) << "at " << s << " s";
-      EXPECT_EQ(silent->first, 2);
-      EXPECT_EQ(silent->second, std::chrono::seconds(s - 5));
-    }
-  }
-  // A peer that never beat at all is silent from the start.
-  PeerWatch fresh(1, 2, 10s, t0);
-  EXPECT_FALSE(fresh.silent(t0 + 9s).has_value());
-  ASSERT_TRUE(fresh.silent(t0 + 11s).has_value());
-  EXPECT_EQ(fresh.silent(t0 + 11s)->first, 0);
-}
-
 }  // namespace stoker::distributed

@@ -5,7 +5,8 @@
                                        resnet50 ([2,3,40,48]), num_classes=10, with every
                                        floating-point state-dict entry and the input filled by the
                                        integer formula of unit() below, which C++ computes too
-                                       (golden_fill in resnet_test.cpp); the C++ test needs no Python
+                                       (golden_fill in tests/models/torchvision_golden.cpp); the C++ test
+                                       needs no Python
     python resnet_golden.py make DIR   builds torchvision.models.resnet18(num_classes=10) with a fixed
                                        seed (BN statistics made non-trivial), writes
                                        DIR/torchvision_resnet18.pt (its state_dict), DIR/input.pt
@@ -43,7 +44,7 @@ GOLDEN_CLASSES = 10
 
 # Deterministic values without random numbers, in exact integer arithmetic (every product stays
 # below 2^63) and correctly rounded double operations, so that C++ computes the same bits.
-# Must match golden_fill in tests/models/resnet_test.cpp.
+# Must match golden_fill in tests/models/torchvision_golden.cpp (vit_convnext_golden.py uses it too).
 PRIME = 16777213  # the largest prime below 2^24; every tensor here has fewer elements
 
 

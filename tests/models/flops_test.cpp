@@ -1,6 +1,6 @@
 // FLOPs of Stoker's ResNets counted from the operators their forward passes run, against hand
-// computations and torchvision's figure; the peak table; MFU. FlopsPython compares with PyTorch's
-// own counter (torch.utils.flop_counter) on torchvision's resnet18.
+// computations and torchvision's figures (EfficientNet's and MobileNetV3's too); the peak table; MFU.
+// FlopsPython compares with PyTorch's own counter (torch.utils.flop_counter) on torchvision's resnet18.
 #include "models/flops.h"
 
 #include <gtest/gtest.h>
@@ -53,6 +53,25 @@ TEST(Flops, CompactResnetMatchesAHandCount) {
   EXPECT_TRUE(torch::equal(model.ptr()->named_buffers()["features.stem_bn.running_mean"], bn_mean_before));
   // Twice the resolution, four times the convolutions' work; the classifier stays.
   EXPECT_EQ(count_forward_flops(model, {1, 56, 56}).conv_macs, 4 * 15767808.0);
+}
+
+// torchvision's weights list "_ops" (G multiply-adds, what it calls GFLOPS) at each weights' crop
+// size, to three decimals: EfficientNet's and MobileNetV3's depthwise (k x k MACs per output
+// element) and squeeze-excitation convolutions (on a 1x1 map) count as theirs.
+TEST(Flops, EfficientNetAndMobileNetV3MatchTorchvisionsListedOps) {
+  struct Listed {
+    const char* type;
+    int64_t size;
+    double gmacs;
+  };
+  for (const Listed& l : {Listed{"efficientnet_b0", 224, 0.386}, Listed{"efficientnet_b1", 240, 0.687},
+                          Listed{"efficientnet_b2", 288, 1.088}, Listed{"efficientnet_b3", 300, 1.827},
+                          Listed{"mobilenet_v3_small", 224, 0.057}, Listed{"mobilenet_v3_large", 224, 0.217}}) {
+    torch::nn::AnyModule model = create_model(model_options(l.type), {3, 1000});
+    const FlopCount count = count_forward_flops(model, {3, l.size, l.size});
+    EXPECT_NEAR(count.macs() / 1e9, l.gmacs, 0.0005) << l.type;
+    EXPECT_EQ(count.matmuls, std::string(l.type).rfind("mobilenet", 0) == 0 ? 2 : 1) << l.type;
+  }
 }
 
 TEST(Flops, PeakTableAndMfu) {

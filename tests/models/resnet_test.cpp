@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "golden/resnet_golden.h"
+#include "models/torchvision_golden.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "test_util.h"
@@ -23,47 +24,10 @@
 namespace stoker::models {
 namespace {
 namespace fs = std::filesystem;
-using testing::error_of;
-using testing::TempDir;
-
-// Logits from the two implementations may differ by float reordering only.
-constexpr double kLogitsAtol = 1e-4;
-constexpr double kLogitsRtol = 1e-4;
-
-std::map<std::string, torch::Tensor> state_map(torch::nn::Module& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) out[p.key()] = p.value();
-  for (const auto& b : model.named_buffers()) out[b.key()] = b.value();
-  return out;
-}
-
-int64_t parameter_count(torch::nn::Module& model) {
-  int64_t n = 0;
-  for (const auto& p : model.parameters()) n += p.numel();
-  return n;
-}
+using namespace testing;  // NOLINT: the shared golden helpers (models/torchvision_golden.h)
 
 torch::nn::AnyModule build(const std::string& type, int64_t num_classes = 1000, int64_t in_channels = 3) {
   return create_model(model_options(type), {in_channels, num_classes});
-}
-
-torch::Tensor read_tensor(const fs::path& path) {
-  const std::string bytes = testing::read_bytes(path);
-  c10::IValue value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  EXPECT_TRUE(value.isTensor()) << path << " holds a " << value.tagKind();
-  return value.toTensor();
-}
-
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected) {
-  ASSERT_EQ(actual.sizes(), expected.sizes());
-  const double max_diff = (actual - expected).abs().max().item<double>();
-  ::testing::Test::RecordProperty("max_abs_logit_difference", fmt::format("{:.3g}", max_diff));
-  EXPECT_TRUE(torch::allclose(actual, expected, kLogitsRtol, kLogitsAtol))
-      << "max |difference| " << max_diff << "\nactual:\n"
-      << actual << "\nexpected:\n"
-      << expected;
-  // The comparison means something only if the logits are not all alike.
-  EXPECT_GT(expected.std().item<double>(), 1e-2);
 }
 
 TEST(ResNet, ParameterCountsEqualTorchvisions) {
@@ -168,66 +132,6 @@ TEST(ResNet, InitialisedAsTorchvision) {
 // tests/golden/resnet_golden.py): every floating-point state-dict entry and the input come from an
 // integer formula that both sides compute from the entry's name, so no weights are stored.
 
-// Must match PRIME, name_key(), unit(), golden_value() and golden_input() in
-// tests/golden/resnet_golden.py: exact int64 arithmetic (no product reaches 2^63), then correctly
-// rounded double operations, then float32.
-constexpr int64_t kGoldenPrime = 16777213;
-
-int64_t golden_name_key(const std::string& name) {
-  int64_t k = 0;
-  for (unsigned char ch : name) k = (k * 131 + ch) % kGoldenPrime;
-  return k;
-}
-
-torch::Tensor golden_unit(int64_t n, int64_t key) {
-  const torch::Tensor i = torch::arange(n, torch::kInt64);
-  const torch::Tensor h = (i + key).remainder(kGoldenPrime);
-  const torch::Tensor t = (h * h).remainder(kGoldenPrime);
-  const torch::Tensor v = (t * 4194301 + h * 1234567 + 7654321).remainder(kGoldenPrime);
-  return (2 * v + 1).to(torch::kFloat64) / static_cast<double>(kGoldenPrime) - 1.0;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-torch::Tensor golden_value(const std::string& name, torch::IntArrayRef shape) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  const torch::Tensor u = golden_unit(numel, golden_name_key(name)).reshape(shape);
-  torch::Tensor v;
-  if (shape.size() == 4) {  // conv weight: variance 2 / fan_in
-    v = u * std::sqrt(6.0 / static_cast<double>(shape[1] * shape[2] * shape[3]));
-  } else if (shape.size() == 2) {  // fc weight: variance 1 / fan_in
-    v = u * std::sqrt(3.0 / static_cast<double>(shape[1]));
-  } else if (ends_with(name, "running_var")) {
-    v = 1.0 + 0.25 * (u + 1.0);
-  } else if (ends_with(name, "running_mean") || ends_with(name, "bias")) {
-    v = 0.1 * u;
-  } else {  // BN weight
-    v = 1.0 + 0.25 * u;
-  }
-  return v.to(torch::kFloat32);
-}
-
-// Fills every floating-point parameter and buffer by name; returns how many it filled.
-int64_t golden_fill(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  int64_t filled = 0;
-  for (auto& [name, tensor] : state_map(model)) {
-    if (!tensor.is_floating_point()) continue;
-    tensor.copy_(golden_value(name, tensor.sizes()));
-    ++filled;
-  }
-  return filled;
-}
-
-torch::Tensor golden_input(const std::vector<int64_t>& shape) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  return (2.0 * golden_unit(numel, golden_name_key("input"))).to(torch::kFloat32).reshape(shape);
-}
-
 // Every logit within 1e-4 of the model's largest |logit| (float32 rounding alone differs from a
 // float64 forward pass by about 1e-6 of it).
 TEST(ResNet, MatchesCheckedInTorchvisionLogits) {
@@ -258,45 +162,13 @@ TEST(ResNet, MatchesCheckedInTorchvisionLogits) {
 // Extra, live: against torchvision itself, through the libtorch venv's Python
 // (tests/golden/resnet_golden.py make|check); skipped, saying why, without Python or torchvision.
 
-class ResNetPython : public ::testing::Test {
+class ResNetPython : public TorchvisionPython {
  protected:
-  // Finds the venv's Python and checks for torchvision once for the suite (importing it takes
-  // seconds); an empty skip_reason_ means both are there.
-  static void SetUpTestSuite() {
-    python_ = testing::venv_python(&skip_reason_);
-    if (python_.empty()) {
-      skip_reason_ += ", torchvision with `bash bench/setup.sh`";
-    } else if (shell("'" + python_.string() + "' -c 'import torchvision' >/dev/null 2>&1") != 0) {
-      skip_reason_ = "torchvision is not installed in " + python_.string() +
-                     "; install it with `bash bench/setup.sh`";
-    }
-  }
-
-  void SetUp() override {
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
-    script_ = fs::path(STOKER_SOURCE_DIR) / "tests" / "golden" / "resnet_golden.py";
-    ASSERT_TRUE(fs::exists(script_)) << script_;
-  }
-
-  // Runs resnet_golden.py MODE in the temp dir; fails the test with the script's output if it
-  // fails.
-  void golden(const std::string& mode) {
-    const fs::path log = tmp_ / ("golden-" + mode + ".log");
-    const std::string command = "'" + python_.string() + "' '" + script_.string() + "' " + mode +
-                                " '" + tmp_.path().string() + "' >'" + log.string() + "' 2>&1";
-    ASSERT_EQ(shell(command), 0) << command << "\n" << testing::read_bytes(log);
-  }
-
-  static int shell(const std::string& command) { return testing::shell(command); }
-
-  static inline fs::path python_;
-  static inline std::string skip_reason_;
-  TempDir tmp_;
-  fs::path script_;
+  ResNetPython() : TorchvisionPython("resnet_golden.py") {}
 };
 
 TEST_F(ResNetPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
-  ASSERT_NO_FATAL_FAILURE(golden("make"));
+  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
   ResNet model = resnet18(10);
   load_state_dict(*model, tmp_ / "torchvision_resnet18.pt");
   // The BN statistics came across too (the script ran 3 training-mode passes).
@@ -309,7 +181,7 @@ TEST_F(ResNetPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
 }
 
 TEST_F(ResNetPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
-  ASSERT_NO_FATAL_FAILURE(golden("make"));  // for input.pt
+  ASSERT_NO_FATAL_FAILURE(run("make {dir}"));  // for input.pt
   ResNet model = resnet18(10);
   {
     torch::NoGradGuard no_grad;  // non-trivial BN statistics, as on the Python side
@@ -317,9 +189,7 @@ TEST_F(ResNetPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
     model->forward(torch::randn({4, 3, 64, 64}));
   }
   save_state_dict(*model, tmp_ / "stoker_resnet18.pt");
-  ASSERT_NO_FATAL_FAILURE(golden("check"));
-  // Plain torch.load (weights_only=True) read it, without a warning.
-  EXPECT_EQ(testing::read_bytes(tmp_ / "golden-check.log"), "");
+  ASSERT_NO_FATAL_FAILURE(run("check {dir}"));  // plain torch.load (weights_only=True), without a warning
   model->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor ours = model->forward(read_tensor(tmp_ / "input.pt"));

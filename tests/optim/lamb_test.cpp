@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 #include <memory>
 #include <sstream>
@@ -138,6 +140,74 @@ TEST(Lamb, SkipsAStepWithInfiniteGradients) {
   EXPECT_TRUE(torch::equal(p.detach(), before));
   lamb.step_amp(torch::ones({1}), torch::zeros({1}));
   EXPECT_FALSE(torch::equal(p.detach(), before));
+}
+
+// Counts the operators called on this thread at the top level (not from inside another operator)
+// while it lives: what a step launches on a GPU, one kernel or more each.
+class TopLevelOperators {
+ public:
+  TopLevelOperators() {
+    depth() = count() = 0;
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+              if (depth()++ == 0) ++count();
+              return nullptr;
+            },
+            [](const at::RecordFunction&, at::ObserverContext*) { --depth(); })
+            .scopes({at::RecordScope::FUNCTION}));
+  }
+  ~TopLevelOperators() { at::removeCallback(handle_); }
+  static int64_t& count() {
+    static thread_local int64_t n = 0;
+    return n;
+  }
+
+ private:
+  static int64_t& depth() {
+    static thread_local int64_t d = 0;
+    return d;
+  }
+  at::CallbackHandle handle_;
+};
+
+// The operators of one loss-scaled step of LAMB over `n` parameters with weight decay (global clipping
+// and the trust ratio on), once its state exists.
+int64_t operators_per_step(int64_t n) {
+  std::vector<torch::Tensor> params;
+  for (int64_t k = 0; k < n; ++k) params.push_back(lamb_start(k, {4, 3}).to(torch::kFloat32).requires_grad_());
+  Lamb lamb({torch::optim::OptimizerParamGroup(params)}, torch::optim::AdamWOptions(0.01).weight_decay(0.02),
+            LambKeys());
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t k = 0; k < n; ++k) params[k].mutable_grad() = lamb_grad(step, k % 5, params[k]).to(torch::kFloat32);
+    const torch::Tensor scale = torch::full({1}, 8.0f), found_inf = torch::zeros({1});
+    if (step == 0) {
+      lamb.step_amp(scale, found_inf);
+      continue;
+    }
+    TopLevelOperators counted;
+    lamb.step_amp(scale, found_inf);
+    return TopLevelOperators::count();
+  }
+  return -1;
+}
+
+// Issue 33, G23: the step is foreach operations over each group, not ~15 kernels per parameter: the
+// operators a step calls do not grow with the number of parameters.
+TEST(Lamb, AStepsOperatorsDoNotGrowWithTheParameters) {
+  const int64_t few = operators_per_step(3), many = operators_per_step(30);
+  EXPECT_GT(few, 0);
+  EXPECT_EQ(many, few) << "3 parameters: " << few << " operators, 30: " << many;
+  EXPECT_LT(many, 40);
+}
+
+// With train.cuda_graph the run says why LAMB is not captured (not that it needs a fused implementation).
+TEST(Lamb, SaysWhyItCannotBeCaptured) {
+  torch::Tensor p = lamb_start(1, {5}).requires_grad_();
+  Lamb lamb({torch::optim::OptimizerParamGroup({p})}, torch::optim::AdamWOptions(0.01), LambKeys());
+  EXPECT_FALSE(lamb.capturable());
+  EXPECT_CONTAINS(lamb.capture_obstacle(), "optimizer.type lamb keeps each parameter's step count on the host");
+  EXPECT_CONTAINS(lamb.capture_obstacle(), "use sgd or adamw");
 }
 
 TEST(Lamb, IsBuiltFromTheConfigWithDecayedAndUndecayedGroups) {

@@ -7,8 +7,6 @@
 #include <map>
 
 #include "data/batch_ops.h"
-#include "data/mixup.h"
-#include "data/random_erasing.h"
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "recipe/device.h"
@@ -28,13 +26,7 @@ class BatchAugmentTest : public ::testing::Test {
     Config c = stoker::testing::tiny_config(data_.path(), runs_.path());
     c.train.epochs = 2;
     c.train.label_smoothing = 0.1;
-    TypedOptions erasing = data::make_batch_op("random_erasing"), mixup = data::make_batch_op("mixup");
-    erasing.as<data::RandomErasingSettings>().probability = 0.5;
-    erasing.as<data::RandomErasingSettings>().mode = "pixel";
-    mixup.as<data::MixupSettings>().mixup_alpha = 0.8;
-    mixup.as<data::MixupSettings>().cutmix_alpha = 1.0;
-    mixup.as<data::MixupSettings>().mode = "elem";
-    c.data.batch_ops = {erasing, mixup};
+    c.data.batch_ops = stoker::testing::erasing_and_mixup();
     c.data.train_transforms = {data::make_transform("rand_augment")};
     c.data.train_transforms[0].as<data::RandAugmentOptions>().magnitude_std = 0.5;
     return c;

@@ -23,7 +23,7 @@ class CallbacksTest : public ::testing::Test {
   std::unique_ptr<Trainer> make_trainer() {
     configure_threads(config_.run.threads);
     Loaders loaders = make_loaders(config_, torch::kCPU);
-    return stoker::make_trainer(config_, make_model(config_, loaders.in_channels), loaders.train, loaders.test,
+    return stoker::make_trainer(config_, make_model(config_, {loaders.in_channels}), loaders.train, loaders.test,
                                 torch::kCPU);
   }
   static EpochResult epoch(int64_t index, double top1, double loss) {
@@ -78,7 +78,7 @@ TEST_F(CallbacksTest, EarlyStoppingEndsTheRunNormallyWithItsLastCheckpoint) {
   EXPECT_EQ(out.final_test.samples, 100);
   const fs::path last = out.run_dir / "checkpoints/last.pt";
   ASSERT_TRUE(fs::is_regular_file(last));
-  auto model = make_model(config_, 1);
+  auto model = make_model(config_, {1});
   const CheckpointContent saved = load_checkpoint(last, *model.ptr(), nullptr, torch::kCPU);
   EXPECT_EQ(saved.state.epoch, 3);
   EXPECT_EQ(saved.state.early_stop_epoch, 0);

@@ -142,8 +142,8 @@ TEST(Config, UnknownKeysAndSectionsAreRejected) {
   // Keys of another optimizer type are not silently ignored.
   EXPECT_EQ(error_of("optimizer:\n  type: sgd\n  betas: [0.9, 0.99]\n"),
             "recipe.yaml: optimizer.betas at line 3: optimizer type 'sgd' has no key 'betas'; it takes: "
-            "decay_norm_and_bias, implementation, lr, lr_reference_batch, momentum, nesterov, type, "
-            "weight_decay");
+            "decay_norm_and_bias, head_lr_scale, implementation, layer_decay, lr, lr_reference_batch, momentum, "
+            "nesterov, type, weight_decay");
   EXPECT_EQ(error_of("trainer:\n  epochs: 3\n"),
             "recipe.yaml: trainer at line 1: unknown section 'trainer'; did you mean train?");
   const std::string msg = error_of("optimiser:\n  lr: 0.1\nexperiment: {}\n");
@@ -224,14 +224,17 @@ data:
 TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
   // A key the chosen model type does not have is an error listing the keys it has.
   EXPECT_EQ(error_of("model: {type: resnet50, widths: [8]}\n"),
-            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: drop_path_rate, type");
+            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: drop_path_rate, "
+            "freeze, freeze_until_epoch, pretrained, pretrained_rename, pretrained_skip, type");
   EXPECT_EQ(error_of("model:\n  type: compact_resnet\n  depth: 3\n"),
             "recipe.yaml: model.depth at line 3: model type 'compact_resnet' has no key 'depth'; it takes: "
-            "blocks, drop_path_rate, dropout, type, widths");
+            "blocks, drop_path_rate, dropout, freeze, freeze_until_epoch, pretrained, pretrained_rename, "
+            "pretrained_skip, type, widths");
   // The resolved config holds the chosen type's keys only, and reads back the same.
   const Config c = parse_config("model: {type: resnet18}\n", "r.yaml");
   const std::string yaml = config_to_yaml(c);
-  EXPECT_NE(yaml.find("model:\n  type: resnet18\n  drop_path_rate: 0\noptimizer:"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("model:\n  type: resnet18\n  drop_path_rate: 0\n  pretrained: "), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("widths"), std::string::npos) << yaml;
   EXPECT_EQ(config_to_yaml(parse_config(yaml, "again.yaml")), yaml);
   // An application's model type gets its keys the same way.
   struct WideOptions : TypeOptionsOf<WideOptions> {

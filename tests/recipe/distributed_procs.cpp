@@ -2,9 +2,7 @@
 #include "recipe/distributed_procs.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,21 +19,6 @@ extern char** environ;
 
 namespace stoker::testing {
 namespace fs = std::filesystem;
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(s);
-  return port;
-}
 
 pid_t start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra,
                     const fs::path& log) {
@@ -131,6 +114,19 @@ std::map<std::string, torch::Tensor> recipe_weights(const fs::path& checkpoint) 
   load_checkpoint(checkpoint, *model.ptr(), nullptr, torch::kCPU);
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : model.ptr()->named_parameters()) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+std::map<std::string, torch::Tensor> model_tensors(const fs::path& checkpoint) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(checkpoint.string());
+  std::map<std::string, torch::Tensor> out;
+  for (const std::string& key : archive.keys()) {
+    if (key.rfind("model.", 0) != 0) continue;
+    torch::Tensor t;
+    archive.read(key, t);
+    out[key] = t.to(torch::kFloat64);
+  }
   return out;
 }
 

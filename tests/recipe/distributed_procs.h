@@ -18,9 +18,6 @@
 
 namespace stoker::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_port();
-
 // Starts `argv` (argv[0] a path) in a process group of its own, with this environment less any
 // launcher's variables (RANK, WORLD_SIZE, MASTER_*, SLURM_*, TORCHELASTIC_*), plus `extra`; stdout
 // and stderr go to `log`.
@@ -55,6 +52,8 @@ bool wait_for_metrics(const std::filesystem::path& root, std::chrono::seconds ti
 
 // The named parameters in `checkpoint` of the recipe's model (write_dist_recipe: mlp, hidden [16]).
 std::map<std::string, torch::Tensor> recipe_weights(const std::filesystem::path& checkpoint);
+// Every model tensor (parameters and buffers) in a checkpoint of any model, by name.
+std::map<std::string, torch::Tensor> model_tensors(const std::filesystem::path& checkpoint);
 // The optimizer steps taken when `checkpoint` (of the recipe's model) was saved.
 int64_t checkpoint_step(const std::filesystem::path& checkpoint);
 // The largest absolute difference between the same parameters of two such maps.

@@ -1,6 +1,6 @@
 // `trainer export --format torchscript` of real checkpoints (compact_resnet with its EMA weights,
-// torchvision-layout resnet18 on a small input; a bf16-true channels-last run, which exports float32
-// weights): the file loads with torch::jit::load in C++ and
+// torchvision-layout resnet18, efficientnet_b0 and mobilenet_v3_small on a small input; a bf16-true
+// channels-last run, which exports float32 weights): the file loads with torch::jit::load in C++ and
 // (suite ExportPython) torch.jit.load in Python, whose logits equal the C++ model's and whose
 // softmax equals `trainer predict`'s probabilities on the same image.
 #include <fmt/ranges.h>
@@ -15,6 +15,7 @@
 #include "optim/ema.h"
 #include "test_config.h"
 #include "trainer/checkpoint.h"
+#include "recipe/export.h"
 #include "recipe/tasks.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
@@ -52,7 +53,7 @@ TrainedRun train(const fs::path& data, const fs::path& runs, const TypedOptions&
 
 // The checkpoint's model (or EMA) weights in the C++ model, eval mode, on `input`.
 torch::Tensor eager_logits(const TrainedRun& run, bool ema, const torch::Tensor& input) {
-  torch::nn::AnyModule model = make_model(run.config, 1);
+  torch::nn::AnyModule model = make_model(run.config, {1});
   const CheckpointContent content = load_checkpoint(run.checkpoint, *model.ptr(), nullptr, torch::kCPU);
   ModelEma average(0.0);
   if (ema) average.load(content.ema, content.ema_updates, *model.ptr(), run.checkpoint.string());
@@ -122,8 +123,89 @@ TEST(Export, Bf16ChannelsLastRunExportsFloat32AndMissingDataIsAClearError) {
   e.output = runs.path() / "x.pt";
   e.overrides = {"data.root=" + (runs.path() / "nowhere").string()};
   const std::string error = testing::error_of([&] { export_checkpoint(e); });
-  EXPECT_CONTAINS(error, "traces the model on the recipe's input size, which comes from its test data");
-  EXPECT_CONTAINS(error, "or export --format state_dict");
+  EXPECT_CONTAINS(error, "export --format torchscript needs the model's input size, which comes from --input-size HxW "
+                         "or the recipe's test data");
+  EXPECT_CONTAINS(error, "give --input-size HxW, or make the data available");
+  EXPECT_FALSE(fs::exists(e.output));
+
+  // --input-size needs no data; the file carries the JSON written beside it as its extra file.
+  e.input_size = InputSize{12, 12};
+  const ExportResult out = export_checkpoint(e);
+  EXPECT_EQ(out.metadata, fs::path(e.output.string() + ".json"));
+  torch::jit::ExtraFilesMap extra{{"stoker.json", ""}};
+  torch::jit::load(e.output.string(), torch::kCPU, extra);
+  const std::string beside = testing::read_bytes(out.metadata);
+  EXPECT_EQ(extra["stoker.json"] + "\n", beside);
+  for (const char* entry : {"\"format\": \"torchscript\"", "\"input_size\": [\n    12,\n    12\n  ]", "\"channels\": 1",
+                            "\"mean\": [\n    0.5\n  ]", "\"class_names\": [\n    \"0\",", "\"model_type\": \"compact_resnet\""}) {
+    EXPECT_CONTAINS(beside, entry);
+  }
+}
+
+TEST(Export, TheFormatComesFromTheExtensionOrIsNamedAndMustAgree) {
+  EXPECT_EQ(export_format("", "m.onnx"), ExportFormat::kOnnx);
+  EXPECT_EQ(export_format("", "m.ts"), ExportFormat::kTorchScript);
+  EXPECT_EQ(export_format("", "m.torchscript"), ExportFormat::kTorchScript);
+  EXPECT_EQ(export_format("", "m.pth"), ExportFormat::kStateDict);
+  EXPECT_EQ(export_format("torchscript", "m.pt"), ExportFormat::kTorchScript);
+  EXPECT_EQ(export_format("state_dict", "m.pt"), ExportFormat::kStateDict);
+  EXPECT_EQ(export_format("onnx", "m.bin"), ExportFormat::kOnnx);
+  EXPECT_CONTAINS(testing::error_of([] { export_format("", "m.pt"); }),
+                  "export --output m.pt: a .pt file may be TorchScript or a state dict; give --format torchscript or "
+                  "--format state_dict, or name the file .ts (TorchScript) or .pth (state dict)");
+  EXPECT_CONTAINS(testing::error_of([] { export_format("", "model"); }), "the extension does not say the format");
+  EXPECT_CONTAINS(testing::error_of([] { export_format("state_dict", "m.onnx"); }),
+                  "export --format state_dict --output m.onnx: a .onnx file holds onnx, not state_dict");
+  EXPECT_CONTAINS(testing::error_of([] { export_format("onnx", "m.pt"); }), "a .pt file holds torchscript, not onnx");
+  EXPECT_CONTAINS(testing::error_of([] { export_format("tflite", "m.onnx"); }), "export --format tflite: unknown format");
+}
+
+TEST(Export, InputSizeReadsHxWOrOneNumber) {
+  EXPECT_EQ(parse_input_size("224x160").height, 224);
+  EXPECT_EQ(parse_input_size("224x160").width, 160);
+  EXPECT_EQ(parse_input_size("32").width, 32);
+  for (const char* bad : {"", "x", "224x", "0x3", "12.5", "12x12x3", "-4", "big"}) {
+    EXPECT_CONTAINS(testing::error_of([&] { parse_input_size(bad); }), "give HxW (e.g. 224x224) or one number") << bad;
+  }
+}
+
+// Before any work: the output's folder is made; a folder as the output, options of another format
+// and a checkpoint of another architecture than the config names are errors that name both sides.
+TEST(Export, OutputFolderOptionsAndArchitectureAreCheckedFirst) {
+  testing::TempDir data, runs;
+  testing::write_synthetic_idx_dataset(data.path(), 64, 32, 12);
+  const TrainedRun run = train(data.path(), runs.path(), testing::tiny_config("", "").model, 0.0);
+  ExportRequest e;
+  e.checkpoint = run.checkpoint;
+  e.output = runs.path() / "deploy" / "v1" / "model.onnx";
+  e.dynamic_batch = true;
+  export_checkpoint(e);
+  EXPECT_TRUE(fs::exists(e.output));
+  EXPECT_TRUE(fs::exists(e.output.string() + ".json"));
+
+  e.output = runs.path() / "deploy";
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "is a folder; name the file to write in it");
+  e.output = runs.path() / "model.ts";
+  const std::string options = testing::error_of([&] { export_checkpoint(e); });
+  EXPECT_CONTAINS(options, "export: --dynamic-batch applies to ONNX exports only, and this one writes torchscript");
+  e.dynamic_batch = false;
+  e.output = runs.path() / "model.onnx";
+  e.opset = 99;
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "export --opset 99: Stoker writes ONNX opsets 13 to");
+  e.opset.reset();
+
+  const fs::path recipe = runs.path() / "resnet.yaml";
+  std::ofstream(recipe) << "data: {root: \"" << data.path().string() << "\", mean: [0.5], std: [0.3]}\nmodel: {type: resnet18}\n";
+  e.config_file = recipe;
+  const std::string other = testing::error_of([&] { export_checkpoint(e); });
+  EXPECT_CONTAINS(other, "holds a compact_resnet (model.type in its saved config), but --config " + recipe.string() +
+                             " names model.type resnet18");
+  e.config_file.reset();
+  e.overrides = {"model.widths=[8,24]"};
+  const std::string widths = testing::error_of([&] { export_checkpoint(e); });
+  EXPECT_CONTAINS(widths, "but the model expects");
+  EXPECT_CONTAINS(widths, "the checkpoint's model: {type: compact_resnet, widths: [8, 16]");
+  EXPECT_CONTAINS(widths, "the config's model:     {type: compact_resnet, widths: [8, 24]");
   EXPECT_FALSE(fs::exists(e.output));
 }
 
@@ -178,7 +260,7 @@ class ExportPython : public ::testing::Test {
     EXPECT_LE(cpp_diff, kLogitTolerance) << label;
 
     // Inspectable: Python's state_dict has the C++ model's names (parameters and buffers).
-    torch::nn::AnyModule model = make_model(run.config, 1);
+    torch::nn::AnyModule model = make_model(run.config, {1});
     std::vector<std::string> expected;
     for (const auto& p : model.ptr()->named_parameters()) expected.push_back(p.key());
     for (const auto& b : model.ptr()->named_buffers()) expected.push_back(b.key());
@@ -222,6 +304,12 @@ TEST_F(ExportPython, TorchvisionResNet18OnASmallInputMatchesTheModelAndPredict) 
   // No EMA in this run: --ema is refused as for state_dict.
   EXPECT_CONTAINS(testing::error_of([&] { export_torchscript(run, true, runs_.path() / "x.pt"); }),
                   "has no EMA weights");
+}
+
+TEST_F(ExportPython, EfficientNetAndMobileNetV3MatchTheModelAndPredict) {
+  for (const char* type : {"efficientnet_b0", "mobilenet_v3_small"}) {
+    check_export(train(data_.path(), runs_.path(), models::model_options(type), 0.0), /*ema=*/false, type);
+  }
 }
 
 }  // namespace

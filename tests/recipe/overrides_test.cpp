@@ -78,7 +78,8 @@ TEST(Overrides, SwitchingTheOptimizerTypeDropsTheFilesKeysOfTheOldType) {
 
 TEST(Overrides, ACommandLineKeyOfTheWrongTypeStaysAnError) {
   const std::string adamw_keys =
-      "it takes: betas, decay_norm_and_bias, eps, implementation, lr, lr_reference_batch, type, weight_decay";
+      "it takes: betas, decay_norm_and_bias, eps, head_lr_scale, implementation, layer_decay, lr, lr_reference_batch, "
+      "type, weight_decay";
   EXPECT_EQ(error_of(kRecipe, {"optimizer.type=adamw", "optimizer.momentum=0.9"}),
             "--set optimizer.momentum: optimizer type 'adamw' has no key 'momentum'; " + adamw_keys);
   EXPECT_EQ(error_of(kRecipe, {"optimizer.momentum=0.9", "optimizer.type=adamw"}),
@@ -154,7 +155,8 @@ TEST(Overrides, AWholeSectionAsAMapping) {
   // Inside the mapping, a key of another type is the --set's error; a section takes a mapping.
   EXPECT_EQ(error_of(kRecipe, {"optimizer={type: adamw, nesterov: true}"}),
             "--set optimizer.nesterov: optimizer type 'adamw' has no key 'nesterov'; it takes: betas, "
-            "decay_norm_and_bias, eps, implementation, lr, lr_reference_batch, type, weight_decay");
+            "decay_norm_and_bias, eps, head_lr_scale, implementation, layer_decay, lr, lr_reference_batch, type, "
+            "weight_decay");
   EXPECT_EQ(error_of(kRecipe, {"optimizer=adamw"}),
             "--set optimizer=adamw: expected section.key=value (e.g. train.epochs=3), or a whole section as a "
             "mapping (e.g. --set 'optimizer={type: adamw, lr: 0.002}')");

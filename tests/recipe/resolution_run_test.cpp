@@ -108,7 +108,7 @@ TEST(ResolutionRun, TrainingFlopsPerSampleAreCountedAtEachEpochsSize) {
   const Config config = resizing_recipe(0);
   const std::function<double(int64_t)> by_epoch = training_flops_by_epoch(config, 3);
   ASSERT_TRUE(by_epoch);
-  torch::nn::AnyModule model = make_model(config, 3);
+  torch::nn::AnyModule model = make_model(config, {3});
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     const int64_t size = 8 + 4 * epoch;
     EXPECT_EQ(by_epoch(epoch), 3 * models::count_forward_flops(model, {3, size, size}).flops()) << "epoch " << epoch;

@@ -1,6 +1,7 @@
 // `trainer eval` and `trainer predict` on checkpoints (recipe/tasks.h): unreadable test images left
 // out and counted, every precision evaluated as its run trained, class names from the checkpoint,
 // TF32 set as the run had it.
+#include "recipe/export.h"
 #include "recipe/tasks.h"
 
 #include <gtest/gtest.h>
@@ -121,9 +122,9 @@ TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
   // export --format state_dict: the checkpoint's weights, loadable (strictly) into the same model.
   ExportRequest e;
   e.checkpoint = last;
-  e.output = runs.path() / "weights.pt";
+  e.output = runs.path() / "weights.pth";
   export_checkpoint(e);
-  torch::nn::AnyModule from_checkpoint = make_model(request.config, 1), from_export = make_model(request.config, 1);
+  torch::nn::AnyModule from_checkpoint = make_model(request.config, {1}), from_export = make_model(request.config, {1});
   load_checkpoint(last, *from_checkpoint.ptr(), nullptr, torch::kCPU);
   models::load_state_dict(*from_export.ptr(), e.output);
   const auto want = from_checkpoint.ptr()->named_parameters(), got = from_export.ptr()->named_parameters();
@@ -133,7 +134,7 @@ TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
   EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "has no EMA weights");
   e.use_ema = false;
   e.format = "onnx";
-  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "export --format onnx: unknown format");
+  EXPECT_CONTAINS(testing::error_of([&] { export_checkpoint(e); }), "a .pth file holds state_dict, not onnx");
 }
 
 // `trainer eval` sets TF32 as the run's Trainer did: off for fp32 (IEEE float32 convolutions and

@@ -79,28 +79,11 @@ TEST_F(TrainerTest, TinyRunLearnsAndWritesItsRunDirectory) {
 
 // Builds a Trainer on the synthetic data with a model initialised from `init_seed`.
 std::unique_ptr<Trainer> make_trainer(const Config& config, uint64_t init_seed) {
-  configure_threads(config.run.threads);
-  Loaders loaders = make_loaders(config, torch::kCPU);
-  torch::manual_seed(init_seed);
-  return stoker::make_trainer(config, models::create_model(config.model, {}), loaders.train, loaders.test,
-                                   torch::kCPU);
+  return testing::synthetic_trainer(config, init_seed);
 }
 
-std::vector<torch::Tensor> weights(Trainer& t) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : t.module().parameters()) out.push_back(p.detach().clone());
-  for (const auto& b : t.module().buffers()) out.push_back(b.detach().clone());
-  return out;
-}
-
-// Stops the trainer after a given optimizer step.
-struct StopAtStep : Callback {
-  explicit StopAtStep(int64_t s) : step(s) {}
-  void on_train_step_end(Trainer& t, const StepInfo& info) override {
-    if (info.step == step) t.request_stop();
-  }
-  int64_t step;
-};
+using stoker::testing::StopAtStep;
+using stoker::testing::weights;
 
 TEST_F(TrainerTest, ResumeMidEpochContinuesExactlyWhereItStopped) {
   const Config config = stoker::testing::tiny_config(data_.path(), runs_.path());
