@@ -62,6 +62,13 @@ Config checkpoint_task_config(const fs::path& checkpoint, const std::optional<fs
   if (config_file) {
     Config config = load_config(*config_file, overrides);
     check_model_type(config, "--config " + config_file->string(), checkpoint);
+    // A recipe that leaves data.num_classes to the data: the checkpoint's run knew it.
+    if (config.data.num_classes == 0) {
+      const std::optional<Config> trained = saved_config(checkpoint);
+      const std::vector<std::string> names = read_checkpoint_class_names(checkpoint);
+      config.data.num_classes = trained && trained->data.num_classes > 0 ? trained->data.num_classes
+                                                                          : static_cast<int64_t>(names.size());
+    }
     return config;
   }
   const std::string yaml = read_checkpoint_config(checkpoint);

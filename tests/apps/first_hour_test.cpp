@@ -92,6 +92,18 @@ TEST(FirstHour, ClassesAreLoggedAndEvalUsesTheCheckpointsNames) {
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_CONTAINS(eval.output, "checkpoint " + run + "/checkpoints/best.pt");
   EXPECT_CONTAINS(eval.output, "(6 samples");
+  // predict by class name; the export (the recipe given again, num_classes still left to the data)
+  // carries the class names beside the file.
+  const Result predict = trainer("predict --checkpoint " + run + ":best " + (dir / "shapes/val/triangle/0.png").string());
+  EXPECT_EQ(predict.exit_code, 0) << predict.output;
+  EXPECT_CONTAINS(predict.output, "triangle");
+  const Result exported = trainer("export --checkpoint " + run + ":best --config " + (dir / "shapes.yaml").string() +
+                                  " --output " + (dir / "out/model.ts").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  std::ifstream metadata(dir / "out/model.ts.json");
+  const std::string json((std::istreambuf_iterator<char>(metadata)), std::istreambuf_iterator<char>());
+  EXPECT_CONTAINS(json, "\"circle\"");
+  EXPECT_CONTAINS(json, "\"triangle\"");
   fs::rename(dir / "shapes/val/square", dir / "shapes/val/a_square");
   const Result renamed = trainer("eval --checkpoint " + run);
   EXPECT_EQ(renamed.exit_code, 1) << renamed.output;
