@@ -67,11 +67,11 @@ int main(int argc, char** argv) {
     config.train.channels_last = false;
     config.train.precision = stoker::Precision::kFp32;
     const auto channels = static_cast<int64_t>(config.data.mean.size());
+    const stoker::InputSize size = stoker::parse_input_size(o.input_size);
     const std::unique_ptr<stoker::CheckpointModel> eager =
-        stoker::load_checkpoint_model(config, checkpoint, false, channels, torch::kCPU);
+        stoker::load_checkpoint_model(config, checkpoint, false, {channels, size.height, size.width}, torch::kCPU);
     torch::jit::Module script = torch::jit::load(o.torchscript, torch::kCPU);
     script.eval();
-    const stoker::InputSize size = stoker::parse_input_size(o.input_size);
     const torch::Tensor x = torch::randn({o.batch, channels, size.height, size.width});
 
     using Clock = std::chrono::steady_clock;

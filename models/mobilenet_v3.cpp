@@ -100,7 +100,7 @@ std::vector<LayerGroup> mobilenet_v3_layer_groups() {
 std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
   const std::string pooled = onnx_flatten(e, e.op("GlobalAveragePool", {e.child(net, "features", x)}));
   // classifier: 0 Linear, 1 hard swish (a Functional, written here), 2 Dropout (the identity), 3 Linear.
-  const torch::nn::Module& classifier = *net.classifier;
+  const torch::nn::Module& classifier = *net.named_children()["classifier"];
   const std::string path = e.path().empty() ? "classifier" : e.path() + ".classifier";
   const std::string hidden = onnx_hardswish(e, e.module(*classifier.named_children()["0"], path + ".0", pooled));
   return e.module(*classifier.named_children()["3"], path + ".3", hidden);

@@ -3,6 +3,7 @@
 
 #include <unordered_map>
 
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -152,8 +153,8 @@ std::vector<ParamGroupSpec> piece_groups(const std::vector<ParamGroupSpec>& grou
   for (const auto& piece : shards.pieces()) {
     const torch::Tensor& p = params[static_cast<size_t>(piece.parameter)];
     const auto found = group_of.find(p.unsafeGetTensorImpl());
-    STOKER_CHECK(found != group_of.end(), "distributed.shard_optimizer: a parameter of shape {} is sharded but in no "
-                 "optimizer parameter group", p.sizes());
+    STOKER_CHECK(found != group_of.end(), "distributed.shard_optimizer: a parameter of shape [{}] is sharded but in no "
+                 "optimizer parameter group", fmt::join(p.sizes(), ", "));
     pieces[found->second].params.push_back(piece.tensor);
   }
   std::vector<ParamGroupSpec> out;

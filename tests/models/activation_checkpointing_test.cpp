@@ -138,12 +138,12 @@ TEST(ActivationCheckpointing, BlocksAreFoundInModuleOrderAndSelectedByIndex) {
 // Through the config: a model without blocks is an error naming model.activation_checkpointing.
 TEST(ActivationCheckpointing, AModelWithoutBlocksIsAnErrorNamingTheKey) {
   const Config mlp = parse_config("model: {type: mlp, hidden: [8], activation_checkpointing: true}\n", "r.yaml");
-  EXPECT_CONTAINS(testing::error_of([&] { make_model(mlp, 1); }),
+  EXPECT_CONTAINS(testing::error_of([&] { make_model(mlp, {1}); }),
                   "model.activation_checkpointing: model.type mlp has no blocks to checkpoint");
   const Config listed = parse_config("model: {type: compact_resnet, activation_checkpointing: [0, 2]}\n", "r.yaml");
   EXPECT_EQ(listed.activation_checkpointing.indices, (std::vector<int64_t>{0, 2}));
   EXPECT_CONTAINS(config_to_yaml(listed), "activation_checkpointing: [0, 2]");
-  EXPECT_EQ(models::checkpointable_blocks(*make_model(listed, 1).ptr()).size(), 3u);
+  EXPECT_EQ(models::checkpointable_blocks(*make_model(listed, {1}).ptr()).size(), 3u);
   EXPECT_CONTAINS(testing::error_of([] { parse_config("model: {activation_checkpointing: some}\n", "r.yaml"); }),
                   "model.activation_checkpointing at line 1: expected true, false or a list of block indices");
   EXPECT_CONTAINS(testing::error_of([] { parse_config("model: {activation_checkpointing: [-1]}\n", "r.yaml"); }),

@@ -62,7 +62,7 @@ TEST(FinetuneGpu, TheGraphIsCapturedAgainWhenFrozenPartsAreReleased) {
   for (const Config& config : {c, g}) {
     auto data = std::make_shared<data::TensorBatches>(x, y, 16, kGpu, /*shuffle=*/false);
     torch::manual_seed(3);
-    auto trainer = make_trainer(config, make_model(config, 1), data, nullptr, kGpu);
+    auto trainer = make_trainer(config, make_model(config, {1}), data, nullptr, kGpu);
     const torch::Tensor stem = trainer->module().named_parameters()["features.stem_conv.weight"].detach().clone();
     struct AfterEpoch0 : Callback {
       torch::Tensor stem;

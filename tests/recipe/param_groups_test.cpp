@@ -43,7 +43,7 @@ TEST(ParamGroups, LayerDecayEqualsTimmsThroughTheRunsOptimizer) {
              {"sgd", "foreach"}, {"sgd", "fused"}, {"adamw", "reference"}, {"lamb", "auto"}}) {
       SCOPED_TRACE(std::string(c.model) + " " + optimizer + " " + implementation);
       const Config config = resnet_config(c.model, optimizer, implementation);
-      torch::nn::AnyModule model = make_model(config, 3);
+      torch::nn::AnyModule model = make_model(config, {3});
       const RunParameters params = run_parameters(config, *model.ptr());
       auto opt = make_optimizer(config.optimizer, params.groups, torch::kCPU);
       set_learning_rate(*opt, 0.02);  // what the schedule does before each step
@@ -105,7 +105,7 @@ TEST(ParamGroups, EachGroupStepsAtItsScaledRate) {
 TEST(ParamGroups, TheHeadTrainsAtItsScaleAndTheLogCountsTheGroups) {
   Config c = parse_config("model: {type: resnet18}\ndata: {num_classes: 10}\noptimizer: {lr: 0.01, head_lr_scale: 10}\n",
                           "test");
-  torch::nn::AnyModule model = make_model(c, 3);
+  torch::nn::AnyModule model = make_model(c, {3});
   const RunParameters params = run_parameters(c, *model.ptr());
   ASSERT_EQ(params.groups.size(), 4u);  // decay, no decay, and the head's two
   for (const ParamGroupSpec& g : params.groups) {

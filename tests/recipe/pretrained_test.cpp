@@ -60,7 +60,7 @@ TEST_F(PretrainedRun, EveryWeightsFormatReadsTheSameTensors) {
   // It loads into a new run's model: the line names the file and the tensors.
   Config c = config();
   c.pretrained.file = checkpoint.string();
-  torch::nn::AnyModule model = make_model(c, 1);
+  torch::nn::AnyModule model = make_model(c, {1});
   EXPECT_EQ(load_pretrained(*model.ptr(), c),
             fmt::format("model.pretrained: {} ({} tensors)", checkpoint.string(), want.size()));
 }
@@ -92,14 +92,14 @@ TEST_F(PretrainedRun, AHeadForOtherClassesIsReinitialisedInOneLine) {
   save_model(files_ / "five.pt", 5, 3);
   Config c = config();
   c.pretrained.file = (files_ / "five.pt").string();
-  torch::nn::AnyModule model = make_model(c, 1);
+  torch::nn::AnyModule model = make_model(c, {1});
   const std::string line = load_pretrained(*model.ptr(), c);
   EXPECT_CONTAINS(line, "model.pretrained: " + c.pretrained.file + " (");
   EXPECT_CONTAINS(line, " tensors; head classifier re-initialised for 10 classes)");
   // Another architecture's file is an error naming the file and the keys.
   Config wide = c;
   wide.model = models::compact_resnet({16, 32}, {1, 1});
-  torch::nn::AnyModule other = make_model(wide, 1);
+  torch::nn::AnyModule other = make_model(wide, {1});
   EXPECT_CONTAINS(error_of([&] { load_pretrained(*other.ptr(), wide); }),
                   "does not fit model.type compact_resnet");
 }
@@ -173,7 +173,7 @@ TEST(PretrainedPython, TorchvisionLightningTimmDdpAndSafetensorsFilesStartAFineT
     SCOPED_TRACE(name);
     Config with = c;
     with.pretrained.file = (tmp / name).string();
-    torch::nn::AnyModule model = make_model(with, 3);
+    torch::nn::AnyModule model = make_model(with, {3});
     const std::string line = load_pretrained(*model.ptr(), with);
     EXPECT_CONTAINS(line, "(120 tensors; head fc re-initialised for 10 classes");
     const auto params = model.ptr()->named_parameters();

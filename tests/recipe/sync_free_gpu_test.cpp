@@ -106,7 +106,7 @@ TEST(SyncFreeGpu, RecipeStepsEagerAndGraphedWithBatchOpsDropPathEmaAndLossScalin
       const std::string what = fmt::format("{} {}", precision_name(precision), graph ? "graphed" : "eager");
       const std::shared_ptr<data::BatchSource> source = augment_training(c, gpu_batches());
       torch::manual_seed(3);
-      auto trainer = make_trainer(c, make_model(c, 3), source, nullptr, kGpu);
+      auto trainer = make_trainer(c, make_model(c, {3}), source, nullptr, kGpu);
       step_without_syncs(*trainer, *source, graph ? 6 : 2, what);
       EXPECT_EQ(trainer->graph_active(), graph) << what;
       EXPECT_EQ(trainer->scaler().enabled(), precision == Precision::kFp16Mixed) << what;
@@ -132,7 +132,7 @@ TEST(SyncFreeGpu, TheLoadersBatchesAndTheirBatchOpsReachTheStepWithoutAHostWait)
   const Loaders loaders = make_loaders(c, kGpu);
   const std::shared_ptr<data::BatchSource> source = augment_training(c, loaders.train);
   torch::manual_seed(3);
-  auto trainer = make_trainer(c, make_model(c, loaders.in_channels), source, nullptr, kGpu);
+  auto trainer = make_trainer(c, make_model(c, {loaders.in_channels}), source, nullptr, kGpu);
   step_without_syncs(*trainer, *source, 6, "bf16-mixed graphed, from the loader");
   EXPECT_TRUE(trainer->graph_active());
 }
