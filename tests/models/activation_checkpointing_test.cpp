@@ -84,7 +84,6 @@ TEST(ActivationCheckpointing, GradientsMasksAndStatisticsEqualThePlainModels) {
 // MobileNetV3's inverted residuals) recompute them to the same gradients and statistics.
 TEST(ActivationCheckpointing, EveryFamilysBlocksRecomputeToTheSameGradients) {
   for (const char* type : {"mobilenet_v3_small", "vit", "convnext", "efficientnet_b0"}) {
-    std::printf("[ family ] %s\n", type);
     SCOPED_TRACE(type);
     const auto build = [&](bool checkpoint) {
       torch::manual_seed(4);
