@@ -77,7 +77,10 @@ class AsInForward {
   }
   ~AsInForward() {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(saved_[i]);
+    // Through variable_data(): the recomputed graph's batch norms saved their running statistics for
+    // backward (unused in training mode), and a copy into the buffers themselves would bump the version
+    // those saved tensors are checked against.
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].variable_data().copy_(saved_[i]);
     if (nested_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     cpu_autocast_.apply();
     cuda_autocast_.apply();

@@ -42,14 +42,14 @@ checkpoint: {{save_best: false}}
                                                (dir / "runs").string());
 }
 
-struct Run {
+struct RankRun {
   std::vector<int> codes;
   std::vector<std::string> logs;
   fs::path checkpoint;  // the run's checkpoints/last.pt
 };
 
 // `args` on `ranks` processes (1: alone), meeting on a fresh port; logs <dir>/<name>.rank<r>.log.
-Run start(const TempDir& dir, const std::string& name, int ranks, const std::vector<std::string>& args) {
+RankRun start(const TempDir& dir, const std::string& name, int ranks, const std::vector<std::string>& args) {
   const std::string port = std::to_string(testing::free_port());
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
@@ -57,7 +57,7 @@ Run start(const TempDir& dir, const std::string& name, int ranks, const std::vec
     pids.push_back(testing::start_trainer(args, env, dir / fmt::format("{}.rank{}.log", name, r)));
   }
   testing::Reaper reaper(pids);
-  Run run;
+  RankRun run;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   for (int r = 0; r < ranks; ++r) {
     run.codes.push_back(testing::wait_until(pids[static_cast<size_t>(r)], deadline));
@@ -67,29 +67,29 @@ Run start(const TempDir& dir, const std::string& name, int ranks, const std::vec
 }
 
 // The recipe trained as `name` on `ranks` processes of batch 16 / ranks, with `sets`.
-Run train(const TempDir& dir, const std::string& name, int ranks, std::vector<std::string> sets) {
+RankRun train(const TempDir& dir, const std::string& name, int ranks, std::vector<std::string> sets) {
   std::vector<std::string> args = {"--config", (dir / "r.yaml").string(), "--set", "run.name=" + name, "--set",
                                    fmt::format("data.batch_size={}", 16 / ranks)};
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  Run run = start(dir, name, ranks, args);
+  RankRun run = start(dir, name, ranks, args);
   const std::vector<fs::path> dirs = testing::run_dirs(dir / "runs" / name);
   if (!dirs.empty()) run.checkpoint = dirs.front() / "checkpoints/last.pt";
   return run;
 }
 
 // Resumes a copy of `checkpoint` (in <dir>/<name>/checkpoints/) on `ranks` processes to 2 epochs.
-Run resume(const TempDir& dir, const fs::path& checkpoint, const std::string& name, int ranks) {
+RankRun resume(const TempDir& dir, const fs::path& checkpoint, const std::string& name, int ranks) {
   fs::create_directories(dir / name / "checkpoints");
   const fs::path copy = dir / name / "checkpoints/last.pt";
   fs::copy_file(checkpoint, copy);
-  Run run = start(dir, name, ranks,
+  RankRun run = start(dir, name, ranks,
                   {"--resume", copy.string(), "--set", "train.epochs=2", "--set",
                    fmt::format("data.batch_size={}", 16 / ranks), "--allow-config-change"});
   run.checkpoint = copy;
   return run;
 }
 
-std::string all_logs(const Run& run) {
+std::string all_logs(const RankRun& run) {
   std::string out;
   for (size_t r = 0; r < run.logs.size(); ++r) out += fmt::format("---- rank {} (exit {}):\n{}", r, run.codes[r], run.logs[r]);
   return out;
@@ -107,18 +107,18 @@ const std::vector<std::string> kAllThree = {"distributed.sync_batchnorm=true", "
 TEST(DistributedFeatures, StoppedOnTwoRanksResumesAloneAndOnFourAtTheUninterruptedWeights) {
   TempDir dir;
   write_recipe(dir.path());
-  const Run whole = train(dir, "whole", 2, kAllThree);
+  const RankRun whole = train(dir, "whole", 2, kAllThree);
   ASSERT_RAN(whole);
   EXPECT_CONTAINS(whole.logs[0], "distributed.sync_batchnorm: 6 batch norm(s) normalise over the batches of all 2 ranks");
   EXPECT_CONTAINS(whole.logs[0], "distributed.shard_optimizer: ZeRO-1 over 2 ranks");
   EXPECT_CONTAINS(whole.logs[0], "model.activation_checkpointing: 2 of 2 blocks");
   std::vector<std::string> one_epoch = kAllThree;
   one_epoch.push_back("train.epochs=1");
-  const Run cut = train(dir, "cut", 2, one_epoch);
+  const RankRun cut = train(dir, "cut", 2, one_epoch);
   ASSERT_RAN(cut);
   const auto want = testing::model_tensors(whole.checkpoint);
   for (int ranks : {1, 4}) {
-    const Run resumed = resume(dir, cut.checkpoint, fmt::format("resumed{}", ranks), ranks);
+    const RankRun resumed = resume(dir, cut.checkpoint, fmt::format("resumed{}", ranks), ranks);
     ASSERT_RAN(resumed);
     const double diff = testing::max_difference(want, testing::model_tensors(resumed.checkpoint));
     EXPECT_LT(diff, 1e-5) << "resumed on " << ranks << " process(es): the weights differ by " << diff;
@@ -134,16 +134,16 @@ TEST(DistributedFeatures, StoppedOnTwoRanksResumesAloneAndOnFourAtTheUninterrupt
 TEST(DistributedFeatures, SyncBatchNormGivesTheSameTrajectoryOnOneTwoAndFourProcesses) {
   TempDir dir;
   write_recipe(dir.path());
-  const Run alone = train(dir, "alone", 1, {});
+  const RankRun alone = train(dir, "alone", 1, {});
   ASSERT_RAN(alone);
   const auto want = testing::model_tensors(alone.checkpoint);
   for (int ranks : {2, 4}) {
-    const Run synced = train(dir, fmt::format("synced{}", ranks), ranks, {"distributed.sync_batchnorm=true"});
+    const RankRun synced = train(dir, fmt::format("synced{}", ranks), ranks, {"distributed.sync_batchnorm=true"});
     ASSERT_RAN(synced);
     const double diff = testing::max_difference(want, testing::model_tensors(synced.checkpoint));
     EXPECT_LT(diff, 1e-5) << ranks << " ranks with SyncBatchNorm differ from one process by " << diff;
   }
-  const Run apart = train(dir, "apart", 4, {});
+  const RankRun apart = train(dir, "apart", 4, {});
   ASSERT_RAN(apart);
   EXPECT_GT(testing::max_difference(want, testing::model_tensors(apart.checkpoint)), 1e-3);
 }

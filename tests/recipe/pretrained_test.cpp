@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "models/compact_resnet.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 #include "models/torch_save.h"

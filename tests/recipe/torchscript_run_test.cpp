@@ -3,6 +3,7 @@
 // `trainer --config` with a falling loss, with an EMA, and resume exactly; a traced one is warned
 // about and one whose forward takes two tensors refused; export writes the script with the weights.
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <fstream>
