@@ -260,18 +260,20 @@ std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, 
 }
 
 std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
-  const std::vector<int64_t> dims = e.shape(x);
-  const int64_t tokens = encoder.pos_embedding.size(1);
-  STOKER_CHECK(dims.size() == 3 && dims[1] == tokens,
-               "{}: the ViT's position embedding holds {} tokens and the exported input gives {}; export at the size "
-               "the model was built for (its model.image_size: --input-size HxW)",
-               e.path(), tokens, dims.size() == 3 ? dims[1] : -1);
+  // The tokens of the grid the position embedding is for (vit_to_onnx checks the input size).
   const std::string y = e.op("Add", {x, e.param("pos_embedding")});
   return e.child(encoder, "ln", e.child(encoder, "layers", y));
 }
 
 std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
-  const int64_t dim = vit.config().hidden_dim;
+  const int64_t dim = vit.config().hidden_dim, patch = vit.config().patch_size;
+  const std::vector<int64_t> dims = e.shape(x);
+  const std::array<int64_t, 2> grid = vit.grid();
+  STOKER_CHECK(dims.size() == 4 && dims[2] == grid[0] * patch && dims[3] == grid[1] * patch,
+               "model.type {}: its position embedding is for {}x{} pixels and the export's input is {}x{}; export at "
+               "the size the model was built for (--input-size {}x{})",
+               vit.config().name, grid[0] * patch, grid[1] * patch, dims.size() == 4 ? dims[2] : -1,
+               dims.size() == 4 ? dims[3] : -1, grid[0] * patch, grid[1] * patch);
   // [N, dim, gh, gw] -> [N, gh * gw, dim], patches in row-major order; the class token first.
   std::string patches = e.op("Transpose", {e.child(vit, "conv_proj", x)}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
   patches = e.op("Reshape", {patches, onnx_ints(e, "patches_shape", {0, -1, dim})});
