@@ -21,7 +21,7 @@
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
-#include "recipe/config_checks.h"
+#include "recipe/config_detail.h"
 #include "recipe/legacy_keys.h"
 #include "recipe/overrides.h"
 #include "recipe/yaml_options.h"
@@ -317,7 +317,7 @@ void check_schedule_and_metrics(const Config& c, const Fail& fail) {
 void check_consistency(const Config& c, const std::string& source) {
   const Fail fail = [&](const std::string& msg) { throw Error(fmt::format("{}: {}", source, msg)); };
   check_data_and_model(c, fail);
-  check_finetuning_keys(c, fail);  // recipe/config_checks.h
+  check_finetuning_keys(c, fail);  // recipe/config_detail.h
   check_distributed_keys(c, fail);
   check_batching(c, fail);
   check_schedule_and_metrics(c, fail);

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/torch.h>
 
+#include "models/registry.h"
 #include "models/state_dict.h"
 #include "models/torch_save.h"
 #include "test_util.h"

@@ -1,5 +1,6 @@
-// The cross-key checks of the fine-tuning and distributed keys (recipe/config_checks.h).
-#include "recipe/config_checks.h"
+// The cross-key checks of the fine-tuning and distributed keys (recipe/config_detail.h), apart from
+// config.cpp to keep it readable.
+#include "recipe/config_detail.h"
 
 #include <fmt/format.h>
 
