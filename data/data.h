@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/decode.h"
 #include "data/encode.h"
+#include "data/host_copy.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/loader.h"

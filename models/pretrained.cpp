@@ -16,6 +16,9 @@ namespace stoker::models {
 namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 std::string shape_text(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
 
@@ -121,7 +124,7 @@ PretrainedFit fit_pretrained(torch::nn::Module& model, NamedTensors tensors, con
     } else if (found == file.end()) {
       if (head) {
         fit.reinitialised.push_back(key);
-      } else if (key.size() < 20 || key.substr(key.size() - 20) != "num_batches_tracked") {
+      } else if (!ends_with(key, "num_batches_tracked")) {
         problems.missing.push_back(key);
       }
     } else if (found->second.sizes() != target.sizes()) {

@@ -131,7 +131,10 @@ void add_stoker_models(Registry<ModelType>& r) {
         convnext_type<ConvNextCustomOptions>("convnext").with_head(classifier).with_layers(convnext_layer_groups()));
   // Any network scripted in Python (models/torchscript_model.h): model.path; its head and layers are
   // its own keys (head_keys, layer_groups are unknown to the type).
-  r.add("torchscript", torchscript_model_type());
+  r.add("torchscript", model_type<TorchScriptOptions>([](const TorchScriptOptions& o, const ModelShape& shape) {
+          o.check();
+          return TorchScriptModel(o.path, shape.num_classes);
+        }));
 }
 
 }  // namespace

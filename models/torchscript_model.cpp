@@ -173,11 +173,4 @@ torch::Tensor TorchScriptModelImpl::forward(const torch::Tensor& x) {
   return logits;
 }
 
-ModelType torchscript_model_type() {
-  return model_type<TorchScriptOptions>([](const TorchScriptOptions& o, const ModelShape& shape) {
-    o.check();
-    return TorchScriptModel(o.path, shape.num_classes);
-  });
-}
-
 }  // namespace stoker::models

@@ -25,7 +25,7 @@
 #include <torch/nn/module.h>
 
 #include "common/options.h"
-#include "models/registry.h"
+#include "models/shape.h"
 
 namespace stoker::models {
 
@@ -57,9 +57,6 @@ class TorchScriptModelImpl : public torch::nn::Module {
   bool traced_ = false;
 };
 TORCH_MODULE(TorchScriptModel);
-
-// The registry entry of model.type: torchscript.
-ModelType torchscript_model_type();
 
 // "forward(x: Tensor) -> Tensor": a method's signature as Python writes it, without self.
 std::string python_signature(const c10::FunctionSchema& schema);

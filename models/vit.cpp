@@ -238,7 +238,8 @@ std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& atten
   const int64_t dim = attention.in_proj_weight.size(1), heads = attention.heads(), head_dim = dim / heads;
   // [N, L, dim] -> q, k, v as [N, heads, L, head_dim], then softmax(q k^T / sqrt(head_dim)) v.
   std::string qkv = e.op("MatMul", {x, e.constant("in_proj_weight_t", attention.in_proj_weight.t().contiguous())});
-  qkv = e.op("Reshape", {e.op("Add", {qkv, e.param("in_proj_bias")}), onnx_ints(e, "qkv_shape", {0, 0, 3, heads, head_dim})});
+  qkv = e.op("Add", {qkv, e.param("in_proj_bias")});
+  qkv = e.op("Reshape", {qkv, onnx_ints(e, "qkv_shape", {0, 0, 3, heads, head_dim})});
   qkv = e.op("Transpose", {qkv}, {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}});
   const auto pick = [&](int64_t i) {
     return e.op("Gather", {qkv, e.constant("qkv_index", torch::tensor(i, torch::kInt64))}, {{"axis", int64_t{0}}});
@@ -246,7 +247,8 @@ std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& atten
   const std::string q = e.op("Mul", {pick(0), onnx_scalar(e, "scale", 1.0 / std::sqrt(static_cast<double>(head_dim)))});
   const std::string k_t = e.op("Transpose", {pick(1)}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
   const std::string weights = e.op("Softmax", {e.op("MatMul", {q, k_t})}, {{"axis", int64_t{-1}}});
-  std::string out = e.op("Transpose", {e.op("MatMul", {weights, pick(2)})}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  std::string out = e.op("MatMul", {weights, pick(2)});
+  out = e.op("Transpose", {out}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
   out = e.op("Reshape", {out, onnx_ints(e, "out_shape", {0, 0, dim})});
   return e.child(attention, "out_proj", out);
 }
@@ -258,27 +260,31 @@ std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, 
 }
 
 std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
-  const std::vector<int64_t> dims = e.shape(x);
-  const int64_t tokens = encoder.pos_embedding.size(1);
-  STOKER_CHECK(dims.size() == 3 && dims[1] == tokens,
-               "{}: the ViT's position embedding holds {} tokens and the exported input gives {}; export at the size "
-               "the model was built for (its model.image_size: --input-size HxW)",
-               e.path(), tokens, dims.size() == 3 ? dims[1] : -1);
+  // The tokens of the grid the position embedding is for (vit_to_onnx checks the input size).
   const std::string y = e.op("Add", {x, e.param("pos_embedding")});
   return e.child(encoder, "ln", e.child(encoder, "layers", y));
 }
 
 std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
-  const int64_t dim = vit.config().hidden_dim;
+  const int64_t dim = vit.config().hidden_dim, patch = vit.config().patch_size;
+  const std::vector<int64_t> dims = e.shape(x);
+  const std::array<int64_t, 2> grid = vit.grid();
+  STOKER_CHECK(dims.size() == 4 && dims[2] == grid[0] * patch && dims[3] == grid[1] * patch,
+               "model.type {}: its position embedding is for {}x{} pixels and the export's input is {}x{}; export at "
+               "the size the model was built for (--input-size {}x{})",
+               vit.config().name, grid[0] * patch, grid[1] * patch, dims.size() == 4 ? dims[2] : -1,
+               dims.size() == 4 ? dims[3] : -1, grid[0] * patch, grid[1] * patch);
   // [N, dim, gh, gw] -> [N, gh * gw, dim], patches in row-major order; the class token first.
   std::string patches = e.op("Transpose", {e.child(vit, "conv_proj", x)}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
   patches = e.op("Reshape", {patches, onnx_ints(e, "patches_shape", {0, -1, dim})});
-  const std::string batch = e.op("Slice", {e.op("Shape", {patches}), onnx_ints(e, "zero", {0}), onnx_ints(e, "one", {1})});
+  const std::string shape_of = e.op("Shape", {patches});
+  const std::string batch = e.op("Slice", {shape_of, onnx_ints(e, "zero", {0}), onnx_ints(e, "one", {1})});
   const std::string shape = e.op("Concat", {batch, onnx_ints(e, "token_shape", {1, dim})}, {{"axis", int64_t{0}}});
   const std::string cls = e.op("Expand", {e.param("class_token"), shape});
   const std::string tokens = e.op("Concat", {cls, patches}, {{"axis", int64_t{1}}});
   const std::string encoded = e.child(vit, "encoder", tokens);
-  const std::string first = e.op("Gather", {encoded, e.constant("cls_index", torch::tensor(int64_t{0}))}, {{"axis", int64_t{1}}});
+  const std::string cls_index = e.constant("cls_index", torch::tensor(int64_t{0}));
+  const std::string first = e.op("Gather", {encoded, cls_index}, {{"axis", int64_t{1}}});
   return e.child(vit, "heads", first);
 }
 

@@ -167,7 +167,7 @@ void resize_pretrained_position_embedding(const torch::nn::Module& model,
                                           std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
 // The ONNX exporters of the ViT modules (models/onnx_export.h): their eval-mode forwards, at the input
-// size the position embedding is for (another is an error saying so).
+// size the position embedding is for (vit_to_onnx refuses another, saying so).
 std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x);
 std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x);
 std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x);

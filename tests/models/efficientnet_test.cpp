@@ -161,7 +161,7 @@ TEST(EfficientNet, KeysDefaultToTorchvisionsAndReachTheNetwork) {
   ASSERT_EQ(rates.size(), 23u);  // B1: 1.1 x (1, 2, 2, 3, 3, 4, 1) rounded up
   EXPECT_DOUBLE_EQ(rates[22], 0.1 * 22 / 23);
   EXPECT_CONTAINS(error_of([] { parse_config("model: {type: efficientnet_b0, drop_path: 0.1}\n", "r.yaml"); }),
-                  "drop_path_rate, dropout");
+                  "did you mean drop_path_rate?");
   EXPECT_CONTAINS(error_of([] { parse_config("model: {type: efficientnet_b0, dropout: 1.5}\n", "r.yaml"); }),
                   "model.dropout");
 }

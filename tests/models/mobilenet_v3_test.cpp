@@ -132,7 +132,7 @@ TEST(MobileNetV3, KeysReachTheNetwork) {
   ASSERT_EQ(rates.size(), 11u);
   EXPECT_DOUBLE_EQ(rates[10], 0.1);
   EXPECT_CONTAINS(error_of([] { parse_config("model: {type: mobilenet_v3_small, width: 2}\n", "r.yaml"); }),
-                  "dropout, drop_path_rate");
+                  "drop_path_rate, dropout");
 }
 
 TEST(MobileNetV3, MatchesCheckedInTorchvisionLogits) {

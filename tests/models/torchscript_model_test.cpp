@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/torch.h>
 
+#include "models/registry.h"
 #include "models/state_dict.h"
 #include "models/torch_save.h"
 #include "test_util.h"
@@ -36,7 +37,7 @@ torch::jit::Module make_script(bool reads_training, int64_t classes = 4) {
   torch::manual_seed(0);
   net.register_parameter("proj", torch::randn({classes, 12}), false);
   net.register_module("norm", norm);
-  net.define("def forward(self, x):\n    return self.norm(x.flatten(1).matmul(self.proj.t()))\n");
+  net.define("def forward(self, x):\n    return self.norm.forward(x.flatten(1).matmul(self.proj.t()))\n");
   return net;
 }
 

@@ -99,8 +99,9 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected) {
   EXPECT_TRUE(torch::allclose(actual, expected, 1e-4, 1e-4)) << "max |difference| " << max_diff << "\nactual:\n"
                                                                << actual << "\nexpected:\n"
                                                                << expected;
-  // The comparison means something only if the logits are not all alike.
-  EXPECT_GT(expected.std().item<double>(), 1e-2);
+  // The comparison means something only if the logits are not all alike: their spread ten times the
+  // tolerance at least (MobileNetV3's classifier, initialised N(0, 0.01), gives logits of about 0.01).
+  EXPECT_GT(expected.std().item<double>(), 1e-3);
 }
 
 namespace {

@@ -150,8 +150,8 @@ TEST(Config, UnknownKeysAndSectionsAreRejected) {
   EXPECT_NE(msg.find("recipe.yaml: optimiser at line 1: unknown section 'optimiser'; did you mean optimizer?"),
             std::string::npos) << msg;
   EXPECT_NE(error_of("experiment: {}\n").find("recipe.yaml: experiment at line 1: unknown section 'experiment'; "
-                                               "known sections: checkpoint, data, logging, loss, model, optimizer, run, "
-                                               "schedule, train"),
+                                               "known sections: checkpoint, data, distributed, logging, loss, model, "
+                                               "optimizer, run, schedule, train"),
             std::string::npos);
 }
 
@@ -224,12 +224,13 @@ data:
 TEST(Config, EachRegisteredTypeHasItsOwnKeys) {
   // A key the chosen model type does not have is an error listing the keys it has.
   EXPECT_EQ(error_of("model: {type: resnet50, widths: [8]}\n"),
-            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: drop_path_rate, "
-            "freeze, freeze_until_epoch, pretrained, pretrained_rename, pretrained_skip, type");
+            "recipe.yaml: model.widths at line 1: model type 'resnet50' has no key 'widths'; it takes: "
+            "activation_checkpointing, drop_path_rate, freeze, freeze_until_epoch, pretrained, pretrained_rename, "
+            "pretrained_skip, type");
   EXPECT_EQ(error_of("model:\n  type: compact_resnet\n  depth: 3\n"),
             "recipe.yaml: model.depth at line 3: model type 'compact_resnet' has no key 'depth'; it takes: "
-            "blocks, drop_path_rate, dropout, freeze, freeze_until_epoch, pretrained, pretrained_rename, "
-            "pretrained_skip, type, widths");
+            "activation_checkpointing, blocks, drop_path_rate, dropout, freeze, freeze_until_epoch, pretrained, "
+            "pretrained_rename, pretrained_skip, type, widths");
   // The resolved config holds the chosen type's keys only, and reads back the same.
   const Config c = parse_config("model: {type: resnet18}\n", "r.yaml");
   const std::string yaml = config_to_yaml(c);

@@ -97,6 +97,10 @@ fs::path make_checkpoint(const Family& f, const fs::path& dir, Config& config) {
   torch::nn::AnyModule model = make_model(config, {f.channels, f.size, f.size});
   {
     torch::NoGradGuard no_grad;
+    // Tensors initialised to zero (a ViT's head and class token, biases) made to matter.
+    for (auto& p : model.ptr()->parameters()) {
+      if (p.abs().max().item<double>() == 0.0) p.normal_(0.0, 0.2);
+    }
     for (const auto& m : model.ptr()->modules()) {
       if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
         bn->weight.uniform_(0.5, 1.5);

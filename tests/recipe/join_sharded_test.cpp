@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 // A compact ResNet (batch norms, two blocks) on 8x8 generated images: 64 training samples, a global
-// batch of 16 (data.batch_size x the processes), no augmentation or dropout.
+// batch of 16 (data.batch_size x the processes), no augmentation or dropout, a constant learning rate
+// (the cut run is one epoch long: a cosine over its length would not be the whole run's first epoch).
 void write_recipe(const fs::path& dir) {
   std::ofstream(dir / "r.yaml") << fmt::format(R"(run: {{dir: "{}", device: cpu, threads: 1}}
 data:
@@ -36,6 +37,7 @@ data:
   std: [0.25]
 model: {{type: compact_resnet, widths: [4, 8], blocks: [1, 1]}}
 optimizer: {{type: adamw, lr: 0.01, weight_decay: 0.05}}
+schedule: {{type: constant}}
 train: {{epochs: 2, log_every_steps: 1, grad_clip_norm: 1.0}}
 checkpoint: {{save_best: false}}
 )",
