@@ -9,11 +9,16 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/types.h>
 
 namespace stoker::distributed {
+
+// Whether a collective's error message says that the connection to a peer was lost or timed out
+// (process_group.cpp).
+bool lost_connection(const std::string& message);
 
 enum class ReduceOp { kSum, kMax };
 

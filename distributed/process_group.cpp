@@ -25,7 +25,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "distributed/group_detail.h"
+#include "distributed/c10d_group.h"
 #include "distributed/watchdog.h"
 
 namespace stoker::distributed {

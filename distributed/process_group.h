@@ -58,9 +58,6 @@ struct ProcessGroupOptions {
 
 };
 
-// Whether a collective's error message says that the connection to a peer was lost or timed out.
-bool lost_connection(const std::string& message);
-
 class ProcessGroup {
  public:
   // Joins the group that `launch` describes, for training on `device` (NCCL for CUDA devices, Gloo

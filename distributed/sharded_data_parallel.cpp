@@ -20,7 +20,8 @@
 
 #include <torch/torch.h>
 
-#include "distributed/group_detail.h"
+#include "distributed/c10d_group.h"
+#include "distributed/process_group.h"
 
 namespace stoker::distributed {
 

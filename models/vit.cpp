@@ -106,13 +106,14 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, double dropout)
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t n = x.size(0), length = x.size(1), dim = x.size(2);
-  // [N, L, 3 * dim] -> q, k, v as [N, heads, L, dim / heads] (views of the one product).
+  const int64_t dim = x.size(2);
+  // [N, L, 3 * dim] -> q, k, v as [N, heads, L, dim / heads] (views of the one product). N and L are
+  // never read as numbers, so that a TorchScript trace keeps them free.
   const torch::Tensor qkv =
-      torch::linear(x, in_proj_weight, in_proj_bias).view({n, length, 3, heads_, dim / heads_}).permute({2, 0, 3, 1, 4});
+      torch::linear(x, in_proj_weight, in_proj_bias).unflatten(2, {3, heads_, dim / heads_}).permute({2, 0, 3, 1, 4});
   const torch::Tensor out =
       at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, is_training() ? dropout_ : 0.0, false);
-  return out_proj(out.transpose(1, 2).reshape({n, length, dim}));
+  return out_proj(out.transpose(1, 2).flatten(2));
 }
 
 EncoderBlockImpl::EncoderBlockImpl(const VitConfig& c, double drop_path_rate) : drop_path_(drop_path_rate) {
@@ -212,9 +213,10 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& x) {
   const std::array<int64_t, 2> grid = grid_of(x.size(2), x.size(3));
   // [N, hidden, gh, gw] -> [N, gh * gw, hidden], patches in row-major order (as torchvision's reshape
   // and permute; without a copy when the convolution's output is channels-last).
-  const torch::Tensor patches = conv_proj(x).permute({0, 2, 3, 1}).reshape({x.size(0), grid[0] * grid[1], -1});
+  // No batch size is read as a number, so that a TorchScript trace keeps the batch dimension free.
+  const torch::Tensor patches = conv_proj(x).permute({0, 2, 3, 1}).flatten(1, 2);
   // (Under autocast the concatenation promotes to the class token's float32, as in torchvision.)
-  const torch::Tensor tokens = torch::cat({class_token.expand({x.size(0), -1, -1}), patches}, 1);
+  const torch::Tensor tokens = torch::cat({class_token.expand_as(patches.narrow(1, 0, 1)), patches}, 1);
   return head(encoder(tokens, grid).select(1, 0));
 }
 

@@ -1,4 +1,5 @@
-// Internal to distributed/*.cpp: the c10d group behind the interfaces of distributed/collectives.h
+// Internal to distributed/*.cpp (c10d_collectives.cpp, process_group.cpp, sharded_data_parallel.cpp):
+// the c10d group behind the interfaces of distributed/collectives.h
 // and distributed/data_parallel.h. Including it needs c10d's and gloo's headers and the backends'
 // definitions (CMakeLists.txt sets them, and no precompiled header, on the files that do); no public
 // header includes it.
@@ -14,7 +15,10 @@
 
 #include "common/error.h"
 #include "distributed/data_parallel.h"
-#include "distributed/process_group.h"
+
+namespace stoker::distributed {
+struct ProcessGroupOptions;  // distributed/process_group.h
+}  // namespace stoker::distributed
 
 namespace stoker::distributed::detail {
 

@@ -1,11 +1,11 @@
 // The tensor collectives (distributed/collectives.h) over a c10d group: the functions behind
-// detail::GroupCollectives (distributed/group_detail.h).
+// detail::GroupCollectives (distributed/c10d_group.h).
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include <torch/torch.h>
 
-#include "distributed/group_detail.h"
+#include "distributed/c10d_group.h"
 
 namespace stoker::distributed {
 
