@@ -78,7 +78,7 @@ class TorchScriptRunPython : public ::testing::Test {
     const std::string script = std::string(STOKER_SOURCE_DIR) + "/tests/models/finetune_python.py";
     const int status = testing::shell("'" + python_.string() + "' '" + script + "' script-all 32 4 '" +
                                       networks_->path().string() + "'");
-    if (status != 0) skip_ = "finetune_python.py script-all failed";
+    if (status != 0) failure_ = "tests/models/finetune_python.py script-all failed (exit status " + std::to_string(status) + "): its output above says why";
   }
   static void TearDownTestSuite() {
     delete networks_;
@@ -86,6 +86,8 @@ class TorchScriptRunPython : public ::testing::Test {
   }
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
+    // With Python and its packages there, a script that fails is the test's failure, not a skip.
+    if (!failure_.empty()) GTEST_FAIL() << failure_;
   }
   // Two epochs in one run, and one epoch then a resume for the second: equal weights, falling loss.
   void trains_and_resumes(const std::string& network) {
@@ -129,6 +131,7 @@ class TorchScriptRunPython : public ::testing::Test {
   }
   static inline fs::path python_;
   static inline std::string skip_;
+  static inline std::string failure_;
   static inline TempDir* networks_ = nullptr;
   TempDir runs_;
 };
