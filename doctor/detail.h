@@ -34,6 +34,12 @@ Bench make_bench(const Config& config);
 // as needed), the device synchronised before and after the timed ones.
 RungResult measure_rung(const std::string& name, Trainer& trainer, data::BatchSource& source, int64_t warmup,
                         int64_t steps);
+// The fastest rung after the first (device-cached) that measured over 10% faster than it; null when
+// none. A rung that adds work cannot be faster on a steady machine: such a rung says the ceiling was slowed.
+const RungResult* faster_than_ceiling(const std::vector<RungResult>& rungs);
+// When faster_than_ceiling finds a rung, the ceiling (rungs[0]) takes that rung's speed, with no stage
+// costs, and result.context says from which rung and what device-cached measured.
+void take_slowed_ceiling(LadderResult& result);
 // `count` batches of `loader`, kept on its device and handed out again and again.
 std::shared_ptr<data::BatchSource> device_cached_source(data::Loader& loader, int64_t count);
 void synchronize(torch::Device device);

@@ -17,6 +17,7 @@ namespace {
 
 constexpr double kInputBoundRatio = 0.9;  // full below this share of the ceiling: input-bound
 constexpr double kHeadroom = 0.9;         // workers must build a batch in 90% of a step's compute
+constexpr double kWaitExplains = 0.5;     // on the CPU: the wait must explain half the loss to be the input's
 
 const RungResult* find_rung(const std::vector<RungResult>& rungs, const std::string& name) {
   for (const RungResult& r : rungs) {
@@ -222,7 +223,28 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
     return d;
   }
   const double ratio = full->samples_per_s / ceiling->samples_per_s;
-  d.input_bound = ratio < kInputBoundRatio;
+  const bool slower = ratio < kInputBoundRatio;
+  // On the CPU the input is built inside next() (no workers) or by threads the step waits for there:
+  // input that slows the step shows as waiting, about as much as it slows it. A full rung slower than
+  // the ceiling whose step waited for less than half of the difference was slowed by something that
+  // takes cores from the step (the loader's own workers, another process), not by waiting for data.
+  const double waited = full->wait_share - ceiling->wait_share;
+  const bool not_waiting = c.device == "cpu" && waited < kWaitExplains * (1 - ratio);
+  d.input_bound = slower && !not_waiting;
+  if (slower && not_waiting) {
+    d.lines.push_back(fmt::format(
+        "compute-bound, slowed: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of "
+        "device-cached batches, but the step waited for its input only {:.0f}% of the time, which explains little "
+        "of that: {}",
+        full->samples_per_s, ratio, ceiling->samples_per_s, 100 * full->wait_share,
+        c.workers > 0 ? fmt::format("the {} loader worker(s) share the {} cores with the model; `trainer doctor --tune` "
+                                    "measures fewer (0: the step gets every core)",
+                                    c.workers, c.cores)
+                      : std::string("something else used this machine's cores meanwhile; run the doctor on an idle "
+                                    "machine")));
+    step_remedy(c, d);
+    return d;
+  }
   if (!d.input_bound) {
     d.lines.push_back(fmt::format(
         "compute-bound: the full pipeline trains {:.0f} samples/s, {:.2f} of the {:.0f} samples/s of "
@@ -252,6 +274,13 @@ Diagnosis diagnose_numbers(const LadderContext& c, const std::vector<RungResult>
 
 // A line about the machine's steadiness when the ceiling moved by more than 10% during the ladder.
 void steadiness_note(const LadderContext& c, Diagnosis& d) {
+  if (!c.ceiling_taken_from.empty()) {
+    d.lines.push_back(fmt::format(
+        "note: device-cached batches measured {:.0f} samples/s at best (three times), below the {} rung, which does "
+        "more work per step: something slowed them (another process on this machine); the ceiling above is the {} "
+        "rung's, and the numbers are that uncertain: run the doctor on an idle machine",
+        c.ceiling_measured_samples_per_s, c.ceiling_taken_from, c.ceiling_taken_from));
+  }
   if (c.ceiling_spread <= 0.1) return;
   d.lines.push_back(fmt::format(
       "note: the device-cached ceiling, measured first and last, differed by {:.0f}%: something else used this "
@@ -317,6 +346,10 @@ nlohmann::ordered_json ladder_json_object(const LadderResult& result) {
   json["workers"] = c.workers;
   json["cores"] = c.cores;
   json["ceiling_spread"] = c.ceiling_spread;
+  if (!c.ceiling_taken_from.empty()) {
+    json["ceiling_taken_from"] = c.ceiling_taken_from;
+    json["ceiling_measured_samples_per_s"] = c.ceiling_measured_samples_per_s;
+  }
   json["precision"] = c.precision;
   json["hardware"] = c.hardware;
   for (const StepVariant& v : c.step_variants) {

@@ -88,6 +88,11 @@ struct LadderContext {
   // The device-cached rung runs first and again last; the faster is the ceiling, and how far the
   // two differ (|a - b| / max) shows how steady the machine was while the ladder ran.
   double ceiling_spread = 0;
+  // A rung that adds work to the device-cached one cannot be faster than it on a steady machine. When
+  // one measured over 10% faster even after a third device-cached measurement, the ceiling was
+  // slowed (a busy machine): its row takes that rung's numbers, and these say from what.
+  std::string ceiling_taken_from;     // the rung whose numbers became the ceiling; "" when none
+  double ceiling_measured_samples_per_s = 0;  // what device-cached measured, at best
   // train.cudnn_benchmark as the ladder ran: "" on the CPU; on CUDA whether it was on and how to
   // measure its effect (a second process: cuDNN caches the first plan per shape, whatever the flag).
   std::string cudnn_benchmark;
@@ -150,6 +155,7 @@ struct TuneResult {
   double budget_seconds = 0;      // the budget the search ran under (options', or the run's share)
   double estimated_run_seconds = 0;  // with run_epochs: the run at the starting settings' samples/s
   bool reached_ceiling = false;   // stopped because best came within 2% of the ceiling
+  bool ceiling_unsteady = false;  // the ceiling measured below the start twice: the search does not stop at it
   bool on_cpu = false;            // the step trains on the CPU: loader workers take cores from it
   std::string set_line() const;   // "--set data.workers=4 --set ..."
   // What the winner means, in a sentence, when there is something to say ("" otherwise): on the CPU,

@@ -50,7 +50,9 @@ struct Tuner {
   clock_type::time_point start = clock_type::now();
 
   bool out_of_time() const { return since(start) >= result.budget_seconds; }
-  bool at_ceiling() const { return result.best.samples_per_s >= kWithinCeiling * result.ceiling_samples_per_s; }
+  bool at_ceiling() const {
+    return !result.ceiling_unsteady && result.best.samples_per_s >= kWithinCeiling * result.ceiling_samples_per_s;
+  }
   bool tried(const TuneTrial& t) const {
     return std::any_of(result.trials.begin(), result.trials.end(), [&](const TuneTrial& o) {
       return o.workers == t.workers && o.prefetch_factor == t.prefetch_factor && o.device_prefetch == t.device_prefetch &&
@@ -177,7 +179,10 @@ void search_cache(Tuner& t) {
 
 namespace {
 
+// The step on cached device batches. On the CPU with the threads it would have without loader
+// workers (every core): the ceiling of any setting, the no-worker trial included.
 double measure_ceiling(Tuner& t) {
+  configure_threads(t.config.run.threads, 0, t.bench.device().is_cpu());
   auto on_device = doctor::device_cached_source(*t.bench.loader, 4);
   return doctor::measure_rung("device-cached", *t.bench.trainer, *on_device, t.options.warmup, t.options.steps)
       .samples_per_s;
@@ -192,6 +197,9 @@ void check_ceiling(Tuner& t) {
   logger().info("doctor --tune: the starting settings measured {:.1f} samples/s, above the device-cached ceiling of "
                 "{:.1f}; measured again: {:.1f}", t.result.start.samples_per_s, t.result.ceiling_samples_per_s, again);
   t.result.ceiling_samples_per_s = std::max(t.result.ceiling_samples_per_s, again);
+  // Still below the starting settings: the machine is too busy for the ceiling to bound anything, and
+  // the search tries all its candidates instead of stopping at it.
+  t.result.ceiling_unsteady = t.result.start.samples_per_s > 1.1 * t.result.ceiling_samples_per_s;
 }
 
 }  // namespace
@@ -262,6 +270,11 @@ std::string format_tune(const TuneResult& r) {
                      r.best.samples_per_s, r.best.samples_per_s / std::max(1e-9, r.start.samples_per_s),
                      r.best.samples_per_s / r.ceiling_samples_per_s,
                      r.reached_ceiling ? "; stopped within 2% of it" : "");
+  if (r.ceiling_unsteady) {
+    out += "note: the device-cached ceiling measured below the starting settings twice: something else used this "
+           "machine meanwhile; the search tried every candidate instead of stopping at the ceiling, and the numbers "
+           "above are that uncertain\n";
+  }
   if (const std::string advice = r.advice(); !advice.empty()) out += advice + "\n";
   out += "as flags: " + r.set_line() + "\nas YAML:\n" + r.yaml();
   return out;

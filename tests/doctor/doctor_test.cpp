@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "doctor/decisions.h"
+#include "doctor/detail.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -99,8 +101,9 @@ TEST(DoctorDiagnosis, OnATwoCoreCpuWorkersThatStealTheModelsCoresAreNotSuggested
   c.torch_threads = 2;
   c.available_bytes = 20e9;
   c.full_raw_cache_bytes = 50e6;
-  const std::vector<RungResult> rungs = {rung("device-cached", 361, 64), rung("decoded-cached", 344, 64, 2, 0, 3),
-                                         rung("raw-cached", 343, 64, 2, 0, 3), rung("full", 205, 64, 2003, 0, 3)};
+  std::vector<RungResult> rungs = {rung("device-cached", 361, 64), rung("decoded-cached", 344, 64, 2, 0, 3),
+                                   rung("raw-cached", 343, 64, 2, 0, 3), rung("full", 205, 64, 2003, 0, 3)};
+  rungs[3].wait_share = 0.41;  // the training thread reads: the step waits for what the reads cost
   Diagnosis d = diagnose(c, rungs);
   std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
   EXPECT_TRUE(d.input_bound);
@@ -139,6 +142,81 @@ TEST(DoctorDiagnosis, ASlowerRungWhoseInputStayedHiddenIsNotTheBottleneck) {
   EXPECT_TRUE(d.input_bound);
   EXPECT_EQ(d.bottleneck, "full") << fmt::format("{}", fmt::join(d.lines, "\n"));
   EXPECT_CONTAINS(fmt::format("{}", fmt::join(d.lines, "\n")), "reading the samples costs 433 us/sample");
+}
+
+// Recorded in CI (a 2-core machine under load, 0 workers, data that costs 17 us a sample): the full
+// rung measured 0.86 of the ceiling while the step waited for its input 2% of the time. The input
+// did not slow it: the doctor says compute-bound and names no stage of the pipeline.
+TEST(DoctorDiagnosis, OnTheCpuASlowerFullRungThatDidNotWaitIsNotInputBound) {
+  LadderContext c;
+  c.device = "cpu";
+  c.batch_size = 16;
+  c.workers = 0;
+  c.cores = 2;
+  c.torch_threads = 1;
+  c.threads_follow_workers = false;
+  c.available_bytes = 20e9;
+  std::vector<RungResult> rungs = {rung("device-cached", 869.0, 16), rung("decoded-cached", 860.5, 16, 1.1, 0.2, 1.1),
+                                   rung("raw-cached", 808.5, 16, 1.1, 0.2, 1.2), rung("full", 747.4, 16, 15.0, 0.2, 1.5)};
+  rungs[1].wait_share = 0.007;
+  rungs[2].wait_share = 0.007;
+  rungs[3].wait_share = 0.018;
+  Diagnosis d = diagnose(c, rungs);
+  std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_FALSE(d.input_bound) << all;
+  EXPECT_EQ(d.bottleneck, "") << all;
+  EXPECT_EQ(d.suggested_workers, -1) << all;
+  EXPECT_EQ(d.lines[0].rfind("compute-bound, slowed", 0), 0u) << all;
+  EXPECT_CONTAINS(all, "waited for its input only 2% of the time");
+  EXPECT_CONTAINS(all, "something else used this machine's cores meanwhile");
+  // With loader workers the cores they take are the likelier cause, and the doctor says so.
+  c.workers = 3;
+  d = diagnose(c, rungs);
+  all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_FALSE(d.input_bound) << all;
+  EXPECT_CONTAINS(all, "the 3 loader worker(s) share the 2 cores with the model");
+  // The same numbers from a GPU: the copy can slow the step outside next(), so the ratio decides.
+  c.device = "cuda:0";
+  EXPECT_TRUE(diagnose(c, rungs).input_bound);
+  // And on the CPU, a step that waited for as long as it lost is input-bound.
+  c.device = "cpu";
+  rungs[3].wait_share = 0.13;
+  EXPECT_TRUE(diagnose(c, rungs).input_bound);
+}
+
+// Recorded on the development machine with two busy loops beside the doctor (starved_toy, batch 8,
+// 100 ms reads): two libtorch threads sharing busy cores made the device-cached steps 15x slower
+// than the decoded-cached ones, and the starved recipe read as "1.36 of the ceiling, compute-bound".
+// A rung that adds work cannot be faster: its speed becomes the ceiling, and the doctor says so.
+TEST(DoctorDiagnosis, ACeilingSlowerThanARungWithMoreWorkTakesThatRungsSpeed) {
+  LadderResult r;
+  r.context.device = "cpu";
+  r.context.batch_size = 8;
+  r.context.cores = 2;
+  r.context.torch_threads = 2;
+  r.rungs = {rung("device-cached", 6.0, 8), rung("decoded-cached", 87.6, 8, 2.2, 0.4, 5.2),
+             rung("raw-cached", 105.4, 8, 2.4, 0.5, 131.8), rung("full", 8.1, 8, 101661.4, 5.4, 20.6)};
+  r.rungs[3].wait_share = 0.83;
+  ASSERT_EQ(doctor::faster_than_ceiling(r.rungs), &r.rungs[2]);
+  doctor::take_slowed_ceiling(r);
+  EXPECT_EQ(r.context.ceiling_taken_from, "raw-cached");
+  EXPECT_DOUBLE_EQ(r.context.ceiling_measured_samples_per_s, 6.0);
+  EXPECT_EQ(r.rungs[0].name, "device-cached");
+  EXPECT_DOUBLE_EQ(r.rungs[0].samples_per_s, 105.4);
+  EXPECT_DOUBLE_EQ(r.rungs[0].stages.read, 0.0);
+  const Diagnosis d = diagnose(r.context, r.rungs);
+  const std::string all = fmt::format("{}", fmt::join(d.lines, "\n"));
+  EXPECT_TRUE(d.input_bound) << all;
+  EXPECT_EQ(d.bottleneck, "full") << all;
+  EXPECT_CONTAINS(all, "device-cached batches measured 6 samples/s at best (three times), below the raw-cached rung");
+  EXPECT_FALSE(check_contract(r.rungs, 0.4).kept);
+  // Within 10%: noise between rungs, the measured ceiling stays.
+  LadderResult steady;
+  steady.rungs = {rung("device-cached", 100, 8), rung("decoded-cached", 108, 8), rung("full", 50, 8)};
+  EXPECT_EQ(doctor::faster_than_ceiling(steady.rungs), nullptr);
+  doctor::take_slowed_ceiling(steady);
+  EXPECT_DOUBLE_EQ(steady.rungs[0].samples_per_s, 100);
+  EXPECT_EQ(steady.context.ceiling_taken_from, "");
 }
 
 StepVariant variant(const char* precision, bool channels_last, double ms) {
