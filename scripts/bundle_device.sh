@@ -5,7 +5,9 @@
 #
 #   scripts/bundle_device.sh [BUILD_DIR] [OUT_DIR]     # defaults: build/release .bundle
 #
-# OUT_DIR (recreated) then holds
+# OUT_DIR (recreated) then holds payload.tar.gz (with payload.sha256) and env.sh; the payload, unpacked
+# by env.sh on the device the first time it is sourced (the programs and libraries are 60 MiB and
+# more unpacked, a third of that packed), holds
 #   bin/          trainer and stoker_tests_gpu (every test file with GPU tests in one statically linked
 #                 program: twelve folder binaries do not fit the machine's 64 MiB), stripped, and
 #                 stoker_tests, which runs it with its arguments; STOKER_BUNDLE_ALL_TESTS=1 carries the
@@ -13,7 +15,7 @@
 #   lib/          the non-torch libraries (yaml-cpp, spdlog, fmt, OpenCV core+imgproc and what they
 #                 pull in, libjpeg, libpng, zlib, ...), symlinks dereferenced, named by soname
 #   lib/fallback/ Debian's libstdc++, used by env.sh only when the machine's own is too old
-#   env.sh        `source OUT_DIR/env.sh` on the device (bash), from the repository root
+#   env.sh        `source OUT_DIR/env.sh` on the device (bash), from the repository root (outside the payload)
 #
 # The repository files the tests and the pass read (configs/, bench/, scripts/, tests/**/*.py) are not
 # copied: the device runs commands in a copy of the working tree, and env.sh points the tests at it
@@ -119,7 +121,7 @@ stdcxx=$(awk '$1 == "libstdc++.so.6" && $2 == "=>" {print $3; exit}' <<<"$ldd_ou
 cp -L "$stdcxx" "$OUT/lib/fallback/libstdc++.so.6"
 
 # The newest symbol versions the bundle asks of the device's libstdc++ and glibc.
-versions=$(for f in "$OUT"/bin/* "$OUT"/lib/*.so*; do objdump -p "$f"; done)
+versions=$(for f in "$OUT"/bin/* "$OUT"/lib/*.so*; do if file -b "$f" | grep -q ELF; then objdump -p "$f"; fi; done)
 need_glibcxx=$(grep -oE 'GLIBCXX_[0-9.]+' <<<"$versions" | sort -uV | tail -n 1)
 need_glibc=$(grep -oE 'GLIBC_[0-9.]+' <<<"$versions" | sort -uV | tail -n 1)
 
@@ -138,6 +140,16 @@ cat >>"$OUT/env.sh" <<'EOF'
 _sb_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 _sb_main() {
+  # The programs and libraries travel as one compressed payload (the machine takes 64 MiB): unpacked
+  # here on first use, and again when the payload is not the one unpacked last.
+  if [[ -e $_sb_dir/payload.tar.gz ]] && ! cmp -s "$_sb_dir/payload.sha256" "$_sb_dir/bin/.payload.sha256" 2>/dev/null; then
+    rm -rf "$_sb_dir/bin" "$_sb_dir/lib"
+    if ! tar -C "$_sb_dir" -xzf "$_sb_dir/payload.tar.gz"; then
+      echo "env.sh: could not unpack $_sb_dir/payload.tar.gz (a truncated copy? run scripts/bundle_device.sh again)" >&2
+      return 1
+    fi
+    cp "$_sb_dir/payload.sha256" "$_sb_dir/bin/.payload.sha256"
+  fi
   # The Python that has torch, and torch's lib folder.
   local py=${STOKER_PYTHON:-} tl=${STOKER_TORCH_LIB:-} find='import importlib.util as u, os
 s = u.find_spec("torch")
@@ -212,29 +224,6 @@ if (( _sb_rc != 0 )); then unset _sb_rc; return 1; fi
 unset _sb_rc
 EOF
 
-# --- Size: the bundle, the working tree as the device copies it, and the data the pass reads, against
-# the carry limit.
-mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-bundle_bytes=$(du -sb "$OUT" | cut -f1)
-tree_bytes=0
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-fi
-data_bytes=0
-for d in ${STOKER_BUNDLE_DATA:-}; do
-  [[ -e $d ]] || die "STOKER_BUNDLE_DATA names $d, which does not exist"
-  data_bytes=$((data_bytes + $(du -sbL "$d" | cut -f1)))
-done
-total=$((bundle_bytes + tree_bytes + data_bytes))
-echo "bundle_device: bundle $(mib "$bundle_bytes") + working tree $(mib "$tree_bytes") + data $(mib "$data_bytes")" \
-     "= $(mib "$total") of ${LIMIT_MIB} MiB; libraries: ${copied[*]}"
-if (( total > LIMIT_MIB * 1024 * 1024 )); then
-  echo "bundle_device: the biggest files of the bundle:" >&2
-  find "$OUT" -type f -printf '%s\t%P\n' | sort -rn | head -n 10 >&2
-  die "bundle $(mib "$bundle_bytes"), working tree $(mib "$tree_bytes") and data $(mib "$data_bytes") make" \
-      "$(mib "$total"), over the ${LIMIT_MIB} MiB the GPU machine accepts"
-fi
-
 # --- Check it here, in a bare environment, with the local torch standing in for the device's.
 bare=(env -i PATH=/usr/bin:/bin HOME="$HOME" STOKER_TORCH_LIB="$torch_lib" bash -c)
 resolved=$("${bare[@]}" 'source "$1/env.sh" 2>/dev/null && for b in "$1"/bin/*; do file -b "$b" | grep -q ELF && ldd -r "$b"; done 2>&1' _ "$OUT")
@@ -254,4 +243,39 @@ if compgen -G "$OUT/bin/stoker_tests_*" >/dev/null; then
     || die "'stoker_tests --gtest_list_tests' fails with only the bundle and torch"
   echo "bundle_device: the stoker_tests_* binaries list $(grep -c '^  ' <<<"$tests") tests"
 fi
+# --- Pack: bin/ and lib/ into one gzip payload that env.sh unpacks on the device (gzip: every machine
+# has it), then check that a copy of the packed bundle unpacks and runs.
+tar -C "$OUT" -cf - bin lib | gzip -9 >"$OUT/payload.tar.gz"
+sha256sum <"$OUT/payload.tar.gz" | cut -d' ' -f1 >"$OUT/payload.sha256"
+unpacked_bytes=$(du -sb "$OUT/bin" "$OUT/lib" | awk '{s += $1} END {print s}')
+rm -rf "$OUT/bin" "$OUT/lib"
+copy=$(mktemp -d)
+trap 'rm -rf "$copy"' EXIT
+cp -r "$OUT" "$copy/b"
+"${bare[@]}" 'source "$1/env.sh" 2>/dev/null && trainer --help >/dev/null' _ "$copy/b" \
+  || die "the packed bundle does not unpack and run: 'source env.sh && trainer --help' fails in a copy of it"
+
+# --- Size: the bundle, the working tree as the device copies it, and the data the pass reads, against
+# the carry limit.
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+bundle_bytes=$(du -sb "$OUT" | cut -f1)
+tree_bytes=0
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+fi
+data_bytes=0
+for d in ${STOKER_BUNDLE_DATA:-}; do
+  [[ -e $d ]] || die "STOKER_BUNDLE_DATA names $d, which does not exist"
+  data_bytes=$((data_bytes + $(du -sbL "$d" | cut -f1)))
+done
+total=$((bundle_bytes + tree_bytes + data_bytes))
+echo "bundle_device: bundle $(mib "$bundle_bytes") (packed; $(mib "$unpacked_bytes") unpacked) + working tree $(mib "$tree_bytes") + data $(mib "$data_bytes")" \
+     "= $(mib "$total") of ${LIMIT_MIB} MiB; libraries: ${copied[*]}"
+if (( total > LIMIT_MIB * 1024 * 1024 )); then
+  echo "bundle_device: the biggest files of the bundle (unpacked sizes):" >&2
+  tar -tvzf "$OUT/payload.tar.gz" | sort -k3 -rn | head -n 10 >&2
+  die "bundle $(mib "$bundle_bytes"), working tree $(mib "$tree_bytes") and data $(mib "$data_bytes") make" \
+      "$(mib "$total"), over the ${LIMIT_MIB} MiB the GPU machine accepts"
+fi
+
 echo "bundle_device: OK. On the device, from the repository root: source $(basename "$OUT")/env.sh && scripts/gpu_pass.sh \"\$OUT\""
