@@ -10,6 +10,7 @@
 #      the same budget for both: EPOCHS epochs (default 20) of batches of 25, the same schedule and lr.
 # float32 throughout (train.precision: auto would time a trial on a loaded machine). Prints each run's final test top-1 and the gain per seed, and the commands it ran (in $out/*.cmd).
 #   bench/run_transfer_bench.sh
+#   PER_CLASS=10 WEIGHTS=/tmp/transfer-bench.X/pretrain/r/<time>/checkpoints/last.pt bench/run_transfer_bench.sh
 # Needs Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist). Prints the load average
 # before and after: other builds on the machine slow it, not the accuracies.
 set -euo pipefail
@@ -35,11 +36,16 @@ final_top1() {
     "$(ls "$out/$1"/r/*/metrics.jsonl | head -1)"
 }
 
-# 1. Pretraining on classes 0-4.
+# 1. Pretraining on classes 0-4 (WEIGHTS=<a checkpoint of an earlier run's step 1> skips it).
+if [[ -n ${WEIGHTS:-} ]]; then
+  weights=$WEIGHTS
+  echo "pretrained weights given: $weights"
+else
 run pretrain --set 'data.idx={class_names: fashion_mnist, classes: [0, 1, 2, 3, 4]}' --set data.num_classes=5 \
   --set "train.epochs=$pretrain_epochs" --set run.seed=0 --set train.precision=fp32
 weights="$(ls "$out"/pretrain/r/*/checkpoints/last.pt | head -1)"
 echo "pretrained on classes 0-4: test top-1 $(final_top1 pretrain) ($weights)"
+fi
 
 # 2. Fine-tuning on classes 5-9 with few labels, against training from scratch.
 finetune=(--set "data.idx={class_names: fashion_mnist, classes: [5, 6, 7, 8, 9], train_per_class: $per_class}"
