@@ -24,7 +24,7 @@ PY=${STOKER_CACHE:-$HOME/.cache/stoker}/venv-torch-2.11.0/bin/python
 ROUNDS=${STOKER_BENCH_ROUNDS:-3}
 PARTS=${STOKER_BENCH_PARTS:-1 2 3}
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'rc=$?; if ((rc == 0)); then rm -rf "$WORK"; else echo "kept $WORK for a look" >&2; fi' EXIT
 
 # run NAME RANKS RECIPE [stoker_bench_dist_trajectory arguments...]: results in $WORK/NAME/
 run() {
@@ -92,8 +92,8 @@ def summary(name):
     return json.load(open(f"{work}/{name}/summary.json"))
 for ranks in (2, 4):
     for opt in ("sgd", "adamw"):
-        ddp = torch.load(f"{work}/r1-{opt}-{ranks}-false/weights.pt")
-        zero = torch.load(f"{work}/r1-{opt}-{ranks}-true/weights.pt")
+        ddp = torch.load(f"{work}/r1-{opt}-{ranks}-false/weights.pt", weights_only=False)  # written by this bench
+        zero = torch.load(f"{work}/r1-{opt}-{ranks}-true/weights.pt", weights_only=False)
         diff = max((ddp[k] - zero[k]).abs().max().item() for k in ddp)
         scale = max(ddp[k].abs().max().item() for k in ddp)
         ratios = [summary(f"r{r}-{opt}-{ranks}-true")["step_ms"] / summary(f"r{r}-{opt}-{ranks}-false")["step_ms"]
