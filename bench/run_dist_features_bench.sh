@@ -45,6 +45,8 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 if [[ " $PARTS " == *" 1 "* ]]; then
   echo "== 1. SyncBatchNorm: per-step losses of 1, 2 and 4 processes at a global batch of 32"
   run one 1 bench/dist_compact.yaml
+  # The control: the same single process with its sums in another order (2 threads instead of 1).
+  run one2threads 1 bench/dist_compact.yaml --set run.threads=2
   for ranks in 2 4; do
     for sync in true false; do
       run "sync$sync$ranks" "$ranks" bench/dist_compact.yaml --set "data.batch_size=$((32 / ranks))" \
@@ -65,6 +67,13 @@ for ranks in (2, 4):
         last = abs(one[-1] - other[-1]) / abs(one[-1])
         print(f"{ranks} ranks, sync_batchnorm {sync:5s}: {len(one)} steps, largest relative loss difference "
               f"{worst:.2e} (last step {last:.2e}); one process's loss {one[0]:.4f} -> {one[-1]:.4f}")
+def drift(other):
+    rel = [abs(a - b) / abs(a) for a, b in zip(one, other)]
+    first = next((i + 1 for i, x in enumerate(rel) if x > 1e-5), None)
+    return f"steps 1-10 {max(rel[:10]):.2e}, all {max(rel):.2e}, first step above 1e-5: {first}"
+for ranks in (2, 4):
+    print(f"{ranks} ranks, sync_batchnorm true : {drift(losses(f'synctrue{ranks}'))}")
+print(f"control, one process on 2 threads: {drift(losses('one2threads'))} (float32's own drift in this recipe)")
 PY
 fi
 
@@ -103,6 +112,10 @@ for ranks in (2, 4):
               f"optimizer state per rank {[round(b / 2**20, 2) for b in bz]} MiB vs DDP's {round(bd[0] / 2**20, 2)} MiB "
               f"({bz[0] / bd[0]:.3f} of it on rank 0); step time ZeRO-1 / DDP {statistics.median(ratios):.2f} "
               f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+# The control: DDP on 4 ranks against DDP on 2 (the same global batch; only the order of the sums differs).
+ddp2, ddp4 = (torch.load(f"{work}/r1-adamw-{n}-false/weights.pt", weights_only=False) for n in (2, 4))
+print(f"control, adamw, DDP on 4 ranks against DDP on 2: weights differ by "
+      f"{max((ddp2[k] - ddp4[k]).abs().max().item() for k in ddp2):.2e} at most (float32 sums in another order)")
 ms = {s: statistics.median(summary(f"r{r}-sgd-2-true{'' if s == 'overlap' else '-' + s}")["step_ms"] for r in range(1, rounds + 1))
       for s in ("overlap", "after_backward", "none")}
 comm = ms["after_backward"] - ms["none"]
