@@ -124,10 +124,12 @@ int64_t max_workers(const TuneOptions& o) {
 void search_workers(Tuner& t) {
   const int64_t most = max_workers(t.options);
   if (t.result.on_cpu && t.result.best.workers > 0) {
-    // On the CPU the loader's threads compete with the step for the cores: none may be fastest.
+    // On the CPU the loader's threads compete with the step for the cores: none may be fastest. Tried
+    // even when the start measured at the ceiling: the step's threads change with the workers here,
+    // and a small model can step faster on the start's fewer threads than the ceiling's.
     TuneTrial trial = t.result.best;
     trial.workers = 0;
-    t.attempt(trial);
+    if (!t.tried(trial) && !t.out_of_time()) t.run(trial);
   }
   int64_t previous_best = -1;
   for (int64_t w = 1; w <= most && !t.out_of_time() && !t.at_ceiling(); w *= 2) {
