@@ -70,14 +70,22 @@ int main(int argc, char** argv) {
     const stoker::InputSize size = stoker::parse_input_size(o.input_size);
     const std::unique_ptr<stoker::CheckpointModel> eager =
         stoker::load_checkpoint_model(config, checkpoint, false, {channels, size.height, size.width}, torch::kCPU);
+    // The same weights in channels-last (as train.channels_last: true prepares them), fed a
+    // channels-last batch: what the layout alone is worth to libtorch on this machine.
+    stoker::Config last_config = config;
+    last_config.train.channels_last = true;
+    const std::unique_ptr<stoker::CheckpointModel> eager_last = stoker::load_checkpoint_model(
+        last_config, checkpoint, false, {channels, size.height, size.width}, torch::kCPU);
     torch::jit::Module script = torch::jit::load(o.torchscript, torch::kCPU);
     script.eval();
     const torch::Tensor x = torch::randn({o.batch, channels, size.height, size.width});
+    const torch::Tensor x_last = x.contiguous(torch::MemoryFormat::ChannelsLast);
 
     using Clock = std::chrono::steady_clock;
     const std::vector<std::pair<std::string, std::function<void()>>> engines = {
         {"stoker_eval_forward", [&] { eager->model.forward(x); }},
         {"torchscript_libtorch", [&] { script.forward({x}); }},
+        {"stoker_eval_channels_last", [&] { eager_last->model.forward(x_last); }},
     };
     std::vector<std::vector<double>> ms(engines.size());
     torch::InferenceMode inference;

@@ -58,14 +58,14 @@ sed "s/^{/{\"date\":\"$(date -u +%F)\",\"cpu\":\"$(grep -m1 'model name' /proc/c
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print("\nmedian ms per batch over rounds (ratio: the engine's time / ONNX Runtime's)")
-print("%-18s %5s %14s %14s %14s %10s %10s" % ("model", "batch", "onnxruntime", "stoker_eval", "torchscript",
-                                             "eval/ORT", "ts/ORT"))
+engines = ("onnxruntime", "stoker_eval_forward", "torchscript_libtorch", "stoker_eval_channels_last")
+print("%-18s %5s %12s %12s %12s %12s %9s %9s %9s" % ("model", "batch", "onnxruntime", "stoker_eval", "torchscript",
+                                                  "eval_cl", "eval/ORT", "ts/ORT", "cl/ORT"))
 for model in dict.fromkeys(r["model"] for r in rows):
     for batch in (1, 32):
         ms = {e: statistics.median(r["ms_median"] for r in rows
                                    if r["model"] == model and r["batch"] == batch and r["engine"] == e)
-              for e in ("onnxruntime", "stoker_eval_forward", "torchscript_libtorch")}
-        print("%-18s %5d %14.3f %14.3f %14.3f %10.2f %10.2f" % (
-            model, batch, ms["onnxruntime"], ms["stoker_eval_forward"], ms["torchscript_libtorch"],
-            ms["stoker_eval_forward"] / ms["onnxruntime"], ms["torchscript_libtorch"] / ms["onnxruntime"]))
+              for e in engines}
+        print("%-18s %5d %12.3f %12.3f %12.3f %12.3f %9.2f %9.2f %9.2f" % (
+            model, batch, *(ms[e] for e in engines), *(ms[e] / ms["onnxruntime"] for e in engines[1:])))
 PYEOF
