@@ -322,6 +322,17 @@ void record_final_results(Trainer& trainer, TrainOutcome& outcome) {
   }
 }
 
+// The run directory: the resumed checkpoint's, or a new one made by the rank that writes (none for the
+// others); where this rank writes, checked writable and its train.log attached.
+fs::path open_run_dir(const std::optional<fs::path>& resume_from, const RunOptions& run, bool writes) {
+  const fs::path dir = resume_from ? run_dir_of(*resume_from) : writes ? create_run_dir(run) : fs::path();
+  if (writes) {
+    STOKER_CHECK(::access(dir.c_str(), W_OK) == 0, "the run directory {} is not writable", dir.string());
+    attach_log_file(dir / "train.log");
+  }
+  return dir;
+}
+
 // run_training once this process has joined its ranks (or is alone).
 TrainOutcome train_joined(const TrainRequest& request, const std::optional<ResumeSource>& resume, Config& config,
                           const Distributed& distributed) {
@@ -346,12 +357,7 @@ TrainOutcome train_joined(const TrainRequest& request, const std::optional<Resum
   Trainer& trainer = *setup.trainer;
 
   TrainOutcome outcome;
-  outcome.run_dir = resume_from ? run_dir_of(*resume_from) : writes ? create_run_dir(config.run) : fs::path();
-  if (writes) {
-    STOKER_CHECK(::access(outcome.run_dir.c_str(), W_OK) == 0,
-                 "the run directory {} is not writable", outcome.run_dir.string());
-    attach_log_file(outcome.run_dir / "train.log");
-  }
+  outcome.run_dir = open_run_dir(resume_from, config.run, writes);
   for (const std::string& note : request.config_notes) logger().info("{}", note);
   if (tuned) {
     logger().info("{}", tuned->line);

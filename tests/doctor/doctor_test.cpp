@@ -55,6 +55,20 @@ LadderContext gpu_context(int64_t workers, int64_t cores) {
   return c;
 }
 
+// A 2-core CPU training with no loader workers, libtorch on `torch_threads` threads fixed by
+// run.threads (threads_follow_workers off) or following the workers (on).
+LadderContext cpu_context(int64_t batch_size, int64_t torch_threads, bool threads_follow_workers) {
+  LadderContext c;
+  c.device = "cpu";
+  c.batch_size = batch_size;
+  c.workers = 0;
+  c.cores = 2;
+  c.torch_threads = torch_threads;
+  c.threads_follow_workers = threads_follow_workers;
+  c.available_bytes = 20e9;
+  return c;
+}
+
 TEST(DoctorDiagnosis, DecodeBoundOnAGpuAsksForTheWorkersThatKeepUp) {
   // The example: 40 ms of compute per step at batch 256 (6,400 samples/s), decode at
   // 1.9 ms/sample over 8 workers: 61 ms of decoding per step.
@@ -93,13 +107,7 @@ TEST(DoctorDiagnosis, TooFewCoresSuggestsTheDecodedCacheWithItsSize) {
 // step more than it speeds the data (tune measured that too), so the remedy is the raw cache, whose
 // rung measured the effect.
 TEST(DoctorDiagnosis, OnATwoCoreCpuWorkersThatStealTheModelsCoresAreNotSuggested) {
-  LadderContext c;
-  c.device = "cpu";
-  c.batch_size = 64;
-  c.workers = 0;
-  c.cores = 2;
-  c.torch_threads = 2;
-  c.available_bytes = 20e9;
+  LadderContext c = cpu_context(64, 2, true);
   c.full_raw_cache_bytes = 50e6;
   std::vector<RungResult> rungs = {rung("device-cached", 361, 64), rung("decoded-cached", 344, 64, 2, 0, 3),
                                    rung("raw-cached", 343, 64, 2, 0, 3), rung("full", 205, 64, 2003, 0, 3)};
@@ -125,14 +133,7 @@ TEST(DoctorDiagnosis, OnATwoCoreCpuWorkersThatStealTheModelsCoresAreNotSuggested
 // slowed the decoded-cached rung as much as the reads slowed the full rung, but the step waited for
 // its input 1% of the time there against 32% at the full rung. The loss is the reads'.
 TEST(DoctorDiagnosis, ASlowerRungWhoseInputStayedHiddenIsNotTheBottleneck) {
-  LadderContext c;
-  c.device = "cpu";
-  c.batch_size = 16;
-  c.workers = 0;
-  c.cores = 2;
-  c.torch_threads = 1;
-  c.threads_follow_workers = false;
-  c.available_bytes = 20e9;
+  const LadderContext c = cpu_context(16, 1, false);
   std::vector<RungResult> rungs = {rung("device-cached", 1228.8, 16), rung("decoded-cached", 732.7, 16, 0.9, 0.2, 1.2),
                                    rung("raw-cached", 800.0, 16, 1.0, 0.2, 1.1), rung("full", 725.3, 16, 433.3, 0.2, 1.2)};
   rungs[1].wait_share = 0.01;
@@ -148,14 +149,7 @@ TEST(DoctorDiagnosis, ASlowerRungWhoseInputStayedHiddenIsNotTheBottleneck) {
 // rung measured 0.86 of the ceiling while the step waited for its input 2% of the time. The input
 // did not slow it: the doctor says compute-bound and names no stage of the pipeline.
 TEST(DoctorDiagnosis, OnTheCpuASlowerFullRungThatDidNotWaitIsNotInputBound) {
-  LadderContext c;
-  c.device = "cpu";
-  c.batch_size = 16;
-  c.workers = 0;
-  c.cores = 2;
-  c.torch_threads = 1;
-  c.threads_follow_workers = false;
-  c.available_bytes = 20e9;
+  LadderContext c = cpu_context(16, 1, false);
   std::vector<RungResult> rungs = {rung("device-cached", 869.0, 16), rung("decoded-cached", 860.5, 16, 1.1, 0.2, 1.1),
                                    rung("raw-cached", 808.5, 16, 1.1, 0.2, 1.2), rung("full", 747.4, 16, 15.0, 0.2, 1.5)};
   rungs[1].wait_share = 0.007;
