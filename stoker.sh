@@ -2,7 +2,7 @@
 # Stoker's one entry point for people and CI. Each command does all the set-up it needs first
 # (scripts/setup.sh: Debian packages, libtorch in a cached venv), then builds with CMake + Ninja.
 #
-#   ./stoker.sh train [trainer args]   set up, build, then run the trainer program
+#   ./stoker.sh train [trainer args]   set up, build the trainer (not the tests), then run it
 #                                      (build/release/apps/trainer) with the arguments, from the
 #                                      folder you ran it in; with none that name a recipe (--config),
 #                                      a run (--resume) or a subcommand (eval, predict, ...), it trains
@@ -30,6 +30,7 @@ export STOKER_CACHE=${STOKER_CACHE:-$HOME/.cache/stoker}
 BUILD_DIR=${STOKER_BUILD_DIR:-build/release}
 BUILD_TYPE=${STOKER_BUILD_TYPE:-Release}
 
+# setup_and_build [TARGET...]: set up, configure, then build the targets named (default: all of them).
 setup_and_build() {
   local torch_prefix
   torch_prefix=$(scripts/setup.sh --print-torch-prefix | tail -n 1)
@@ -42,13 +43,16 @@ setup_and_build() {
     -DCMAKE_PREFIX_PATH="$torch_prefix" "${launcher[@]}" >"$BUILD_DIR.configure.log" 2>&1 \
     || { mkdir -p "$(dirname "$BUILD_DIR")"; cat "$BUILD_DIR.configure.log"; exit 1; }
   grep -E '^-- Stoker' "$BUILD_DIR.configure.log" || true
-  cmake --build "$BUILD_DIR"
+  local targets=()
+  [ $# -gt 0 ] && targets=(--target "$@")
+  cmake --build "$BUILD_DIR" "${targets[@]}"
 }
 
 case "$cmd" in
   train)
     mkdir -p "$(dirname "$BUILD_DIR")"
-    [ "${STOKER_NO_BUILD:-0}" = 1 ] || setup_and_build
+    # Only the trainer program and the libraries it links: the tests and benchmarks are `test`'s.
+    [ "${STOKER_NO_BUILD:-0}" = 1 ] || setup_and_build trainer
     args=("$@")
     # The default recipe only when nothing names what to do: a recipe, a run to resume, a subcommand.
     first=${1:-}
