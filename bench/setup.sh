@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/setup.sh: idempotent set-up for the data-pipeline benchmark (Stoker issue 3) and the tests
 # that compare with Python (torchvision, TensorBoard's event reader, MLflow's server and client, ONNX
-# Runtime and onnx for the ONNX export's tests).
+# Runtime and onnx for the ONNX export's tests; pytest and scikit-build-core for the Python package).
 # Installs bench/requirements.txt into Stoker's libtorch venv ($STOKER_CACHE/venv-torch-2.11.0)
 # without touching its torch, Debian's libjpeg-turbo-progs (tjbench) when tjbench is missing, and
 # Debian's chromium (the headless render of `trainer report`, suite ReportBrowser) when it is missing.
@@ -16,7 +16,7 @@ torch_version() { "$py" -c 'import torch; print(torch.__version__.split("+")[0])
 before="$(torch_version)"
 
 # Every package of requirements.txt is imported here, so that a venv made before one was added gets it.
-if "$py" -c 'import torchvision, PIL, numpy, tensorboard, mlflow, webdataset, timm, safetensors, onnxruntime, onnx' 2>/dev/null; then
+if "$py" -c 'import torchvision, PIL, numpy, tensorboard, mlflow, webdataset, timm, safetensors, onnxruntime, onnx, pytest, scikit_build_core' 2>/dev/null; then
   echo "setup: torchvision $("$py" -c 'import torchvision; print(torchvision.__version__)'), tensorboard $("$py" -c 'import tensorboard; print(tensorboard.__version__)') and mlflow $("$py" -c 'import mlflow; print(mlflow.__version__)') already in $venv"
 else
   # The constraint keeps pip from ever swapping torch (torchvision 0.26.0 requires exactly 2.11.0).

@@ -37,10 +37,16 @@ def main():
     ap.add_argument("--rand-augment", type=int, default=None, metavar="M",
                     help="append torchvision.transforms.v2.RandAugment at magnitude M")
     ap.add_argument("--rand-ops", type=int, default=2, help="RandAugment's num_ops")
+    ap.add_argument("--v2", action="store_true", help="torchvision.transforms.v2's RandomResizedCrop, "
+                    "RandomHorizontalFlip and PILToTensor (the same work) instead of v1's")
     a = ap.parse_args()
 
     torch.manual_seed(0)
-    steps = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.PILToTensor()]
+    if a.v2:
+        from torchvision.transforms import v2
+        steps = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.PILToTensor()]
+    else:
+        steps = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.PILToTensor()]
     if a.rand_augment is not None:
         from torchvision.transforms import v2
         steps.append(v2.RandAugment(num_ops=a.rand_ops, magnitude=a.rand_augment))
@@ -65,7 +71,7 @@ def main():
     seconds = time.perf_counter() - start
 
     rate = samples / seconds
-    print(json.dumps({"loader": "torch", "workers": a.workers, "rand_augment": a.rand_augment, "batch": a.batch, "samples": samples,
+    print(json.dumps({"loader": "torch" + (" v2" if a.v2 else ""), "workers": a.workers, "rand_augment": a.rand_augment, "batch": a.batch, "samples": samples,
                       "seconds": round(seconds, 3), "samples_per_s": round(rate, 1),
                       "per_core": round(rate / max(a.workers, 1), 1), "cpus": os.cpu_count(),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))

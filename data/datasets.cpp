@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 #include "data/dataset.h"
 
 #include "data/image_folder.h"
@@ -190,7 +191,7 @@ std::shared_ptr<Dataset> load_cifar_dataset(const DatasetOptions& options, int64
   std::vector<uint8_t> pixels;
   std::vector<int64_t> labels;
   for (const auto& file : files) {
-    STOKER_CHECK(fs::is_regular_file(file), "CIFAR file {} not found; set data.root to the folder of "
+    STOKER_CHECK_FOUND(fs::is_regular_file(file), "CIFAR file {} not found; set data.root to the folder of "
                  "the binary version of CIFAR-{}", file.string(), classes);
     const auto bytes = fs::file_size(file);
     STOKER_CHECK(bytes > 0 && bytes % record == 0,

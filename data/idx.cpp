@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 
 namespace stoker::data {
 namespace {
@@ -78,7 +79,7 @@ uint32_t big_endian_u32(const unsigned char* p) {
 
 torch::Tensor read_idx(const std::filesystem::path& path) {
   const std::string name = path.string();
-  STOKER_CHECK(std::filesystem::exists(path), "{}: file not found", name);
+  STOKER_CHECK_FOUND(std::filesystem::exists(path), "{}: file not found", name);
   STOKER_CHECK(std::filesystem::is_regular_file(path), "{}: not a regular file", name);
   GzFile file(path);
 
@@ -137,18 +138,18 @@ std::filesystem::path find_idx(const std::filesystem::path& root, const std::str
   if (std::filesystem::exists(gz)) return gz;
   const auto raw = root / stem;
   if (std::filesystem::exists(raw)) return raw;
-  STOKER_FAIL(
+  throw NotFoundError(fmt::format(
       "IDX file not found: neither {} nor {} exists. For Fashion-MNIST install Debian's "
       "dataset-fashion-mnist (apt-get install dataset-fashion-mnist, or ./stoker.sh build), or set "
       "data.root to the folder holding the files",
-      gz.string(), raw.string());
+      gz.string(), raw.string()));
 }
 
 }  // namespace
 
 ImageSet load_idx_split(const std::filesystem::path& root, const std::string& prefix,
                         int64_t num_classes) {
-  STOKER_CHECK(std::filesystem::is_directory(root),
+  STOKER_CHECK_FOUND(std::filesystem::is_directory(root),
                "data folder {} does not exist. For Fashion-MNIST install Debian's "
                "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or set data.root",
                root.string());

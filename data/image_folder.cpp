@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 #include "common/log.h"
 #include "data/random.h"
 
@@ -122,7 +123,7 @@ void check_same_classes(const std::vector<std::string>& found, const std::vector
 
 std::string image_folder_split_dir(const std::string& root_name, const std::string& split, double val_split) {
   const fs::path root = root_name;
-  STOKER_CHECK(fs::is_directory(root), "data.root {} is not a folder; set data.root to the folder that holds your "
+  STOKER_CHECK_FOUND(fs::is_directory(root), "data.root {} is not a folder; set data.root to the folder that holds your "
                "images (relative paths are from the working directory)", root.string());
   const bool layered = fs::is_directory(root / "train");
   if (val_split > 0) {

@@ -55,6 +55,12 @@ PrefetcherOptions LoaderOptions::prefetcher() const {
 }
 
 namespace {
+// uint8 batches are handed out as built: their normaliser never runs, so data.mean and data.std need not
+// match the images' channels.
+NormalizeOptions normalize_options(const LoaderOptions& o, int64_t channels) {
+  if (!o.output_uint8) return o.normalize();
+  return o.normalize().set_mean(std::vector<double>(channels, 0.0)).set_std(std::vector<double>(channels, 1.0));
+}
 
 // Checks the scheduling options (the parts check their own) and sets the default warning sink.
 LoaderOptions checked(LoaderOptions o) {
@@ -91,7 +97,7 @@ Loader::Loader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
       pipeline_(std::move(dataset), options_.pipeline()),
       pool_(pool_size(options_), options_.batch_size, pipeline_.out_height(), pipeline_.out_width(),
             pipeline_.channels(), options_.prefetcher().pinned),
-      prefetcher_(options_.prefetcher(), Normalizer(pipeline_.channels(), options_.normalize()),
+      prefetcher_(options_.prefetcher(), Normalizer(pipeline_.channels(), normalize_options(options_, pipeline_.channels())),
                   [this](HostBatch* b) { release(b); }) {
   STOKER_CHECK(pipeline_.fixed_output(),
                "{}: images differ in size, so the transforms must end in a fixed-size crop "

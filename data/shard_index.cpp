@@ -15,6 +15,7 @@
 
 #include "common/atomic_write.h"
 #include "common/error.h"
+#include "common/error_kinds.h"
 #include "common/log.h"
 #include "data/webdataset.h"
 
@@ -137,7 +138,7 @@ std::vector<std::string> expand_shard_list(const std::string& spec, const std::s
         std::sort(found.begin(), found.end());
         shards.insert(shards.end(), found.begin(), found.end());
       } else {
-        STOKER_CHECK(fs::is_regular_file(p), "shard {} (from '{}') does not exist; check the pattern and "
+        STOKER_CHECK_FOUND(fs::is_regular_file(p), "shard {} (from '{}') does not exist; check the pattern and "
                      "data.root", p.string(), item);
         shards.push_back(p.string());
       }

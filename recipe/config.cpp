@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 #include "common/log.h"
 #include "data/batch_ops.h"
 #include "data/dataset.h"
@@ -355,8 +356,9 @@ BatchArithmetic batch_arithmetic(const Config& c, int64_t world_size) {
   return a;
 }
 
-Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides, std::vector<std::string>* notes) {
+namespace {
+Config parse_config_text(const std::string& yaml_text, const std::string& source,
+                         const std::vector<std::string>& overrides, std::vector<std::string>* notes) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -384,6 +386,22 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   return config;
 }
+}  // namespace
+
+// Every error of reading a recipe is the recipe's (an InvalidValueError), but a file it names that
+// does not exist.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides, std::vector<std::string>* notes) {
+  try {
+    return parse_config_text(yaml_text, source, overrides, notes);
+  } catch (const NotFoundError&) {
+    throw;
+  } catch (const InvalidValueError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InvalidValueError(e.what(), e.location());
+  }
+}
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides,
                    std::vector<std::string>* notes) {
@@ -394,11 +412,11 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
                             path.string(), path.string()));
   }
   std::ifstream in(path);
-  if (!in) {
-    throw Error(fmt::format("{}: cannot read the config file ({}); check the path given to --config",
-                            path.string(),
-                            std::filesystem::exists(path) ? "permission denied" : "no such file"));
+  if (!in && !std::filesystem::exists(path)) {
+    throw NotFoundError(fmt::format("{}: cannot read the config file (no such file); check the path given to --config",
+                                    path.string()));
   }
+  if (!in) throw Error(fmt::format("{}: cannot read the config file (permission denied)", path.string()));
   std::stringstream text;
   text << in.rdbuf();
   // An empty recipe would train every default (Fashion-MNIST into runs/run/): almost surely a mistake.

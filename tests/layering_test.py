@@ -3,10 +3,10 @@
 
 Each folder may include only itself and the folders before it in the dependency order
 
-    common -> kernels -> {data, models, optim} -> trainer -> observe -> recipe -> doctor -> apps
+    common -> kernels -> {data, models, optim} -> trainer -> observe -> recipe -> doctor -> {apps, python}
     common -> distributed -> trainer
 
-(data, models and optim are siblings: none includes another; distributed includes common only), and no two files may include each
+(data, models and optim are siblings: none includes another, nor do apps and python; distributed includes common only), and no two files may include each
 other in a circle. The build enforces the first as well (each folder's library target compiles
 against a view of the tree holding only the folders it may include); this names the file and line.
 
@@ -17,7 +17,7 @@ import re
 import sys
 
 ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["trainer"], ["observe"],
-         ["recipe"], ["doctor"], ["apps"]]
+         ["recipe"], ["doctor"], ["apps", "python"]]
 # What a folder may include beyond the order: distributed/ sits beside data/, models/ and optim/ but
 # knows nothing of kernels either (processes and collectives only).
 ONLY = {"distributed": {"common", "distributed"}}

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 
 namespace stoker {
 namespace fs = std::filesystem;
@@ -124,7 +125,7 @@ namespace {
 // Opens a checkpoint file and checks its format marker.
 void open_checkpoint(const fs::path& path, torch::serialize::InputArchive& archive, torch::Device device) {
   const std::string name = path.string();
-  STOKER_CHECK(fs::is_regular_file(path), "checkpoint {} does not exist", name);
+  STOKER_CHECK_FOUND(fs::is_regular_file(path), "checkpoint {} does not exist", name);
   const std::string what = describe_file(path);
   STOKER_CHECK(what.empty(), "{} is {}, not a Stoker checkpoint", name, what);
   try {

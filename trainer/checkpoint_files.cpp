@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/error_kinds.h"
 #include "trainer/checkpoint.h"
 
 namespace stoker {
@@ -100,7 +101,7 @@ fs::path resolve_checkpoint(const fs::path& run_dir_or_file) {
                  runs.size(), runs.empty() ? "" : runs.back());
     STOKER_FAIL("{} is a folder but holds no checkpoints/last.pt; {}", text, kWhere);
   }
-  STOKER_CHECK(fs::is_regular_file(run_dir_or_file), "{}: no such checkpoint file or run directory; {}", text, kWhere);
+  STOKER_CHECK_FOUND(fs::is_regular_file(run_dir_or_file), "{}: no such checkpoint file or run directory; {}", text, kWhere);
   const std::string what = describe_file(run_dir_or_file);
   STOKER_CHECK(what.empty(), "{} is {}, not a Stoker checkpoint", text, what);
   return run_dir_or_file;
