@@ -31,19 +31,35 @@ using testing::TempDir;
 struct Family {
   const char* name;
   const char* model;  // the YAML of `model:`
+  // For the test that the loss falls, where the family needs another recipe to fall by a margin on
+  // any CPU (nullptr: `model` with AdamW at 3e-3).
+  const char* progress_model = nullptr;
+  const char* progress_optimizer = nullptr;
 };
 
 const Family kFamilies[] = {
     {"vit", "{type: vit, patch_size: 8, num_layers: 2, num_heads: 2, hidden_dim: 32, mlp_dim: 64}"},
     {"convnext", "{type: convnext, widths: [8, 16, 24, 32], depths: [1, 1, 2, 1]}"},
     // At their defaults: dropout, and EfficientNet's stochastic depth 0.2 (the random state must resume).
-    {"efficientnet_b0", "{type: efficientnet_b0}"},
+    // EfficientNet-B0 learns by a margin only without them and with plain SGD: torchvision initialises
+    // its head uniform in +-1/sqrt(classes), +-0.5 for 4 classes, so over 1280 features the first logits
+    // are about 10 and the loss about 7; AdamW moves every weight by lr whatever its gradient, and at
+    // 3e-3 its epoch losses went 16-19 -> 10-11 here and 15.8 -> 19.1 on an AMD Zen 5 (chaos, not
+    // learning). SGD at 3e-3 moves a logit by about lr x 1280 x E[a^2] ~ 1 a step, and falls to 0.21-0.58
+    // of the first epoch's loss under every setting of scripts/test_isa_matrix.sh and seeds 3 and 4;
+    // with the dropout and stochastic depth on, the same recipe ended at 0.26-1.04 (no margin).
+    {"efficientnet_b0", "{type: efficientnet_b0}", "{type: efficientnet_b0, drop_path_rate: 0, dropout: 0}",
+     "{type: sgd, lr: 0.003, momentum: 0.0, nesterov: false}"},
     {"mobilenet_v3_small", "{type: mobilenet_v3_small}"},
     {"mobilenet_v3_large", "{type: mobilenet_v3_large}"},
 };
 
-// Two epochs of 8 steps (batch 16) on 4 classes of striped 32x32 RGB images, AdamW, one thread.
-Config family_config(const Family& f, const fs::path& runs) {
+// Two epochs of 8 steps (batch 16) on 4 classes of striped 32x32 RGB images, AdamW, one thread
+// (with `progress`, the family's recipe for the test that the loss falls).
+Config family_config(const Family& f, const fs::path& runs, bool progress = false) {
+  const char* model = progress && f.progress_model ? f.progress_model : f.model;
+  const char* optimizer = progress && f.progress_optimizer ? f.progress_optimizer
+                                                           : "{type: adamw, lr: 0.003, weight_decay: 0.01}";
   const std::string yaml = fmt::format(R"(
 run: {{name: {0}, dir: '{1}', seed: 3, device: cpu, threads: 1}}
 data:
@@ -56,11 +72,11 @@ data:
   std: [0.25, 0.25, 0.25]
   synthetic: {{train_samples: 128, test_samples: 32, height: 32, width: 32, channels: 3}}
 model: {2}
-optimizer: {{type: adamw, lr: 0.003, weight_decay: 0.01}}
+optimizer: {3}
 schedule: {{type: constant}}
 train: {{epochs: 2, precision: fp32, log_every_steps: 2}}
 )",
-                                       f.name, runs.string(), f.model);
+                                       f.name, runs.string(), model, optimizer);
   return parse_config(yaml, std::string(f.name) + ".yaml");
 }
 
@@ -72,10 +88,14 @@ class FamilyRun : public ::testing::TestWithParam<Family> {
   TempDir runs_;
 };
 
-// The run resolves model.image_size from the data (ViT), trains, and its loss falls.
+// The run resolves model.image_size from the data (ViT), trains, and its loss falls: by 20%, with
+// a recipe under which every family falls well past that on every CPU setting we can try
+// (scripts/test_isa_matrix.sh; the second epoch's loss over the first: ViT 0.69, ConvNeXt 0.52,
+// EfficientNet-B0 0.21-0.58, MobileNetV3 0.27-0.43), not a trajectory that falls only on the machine
+// it was written on.
 TEST_P(FamilyRun, TrainsWithTheDefaultPipelineAndItsLossFalls) {
   TrainRequest request;
-  request.config = family_config(GetParam(), runs_.path());
+  request.config = family_config(GetParam(), runs_.path(), /*progress=*/true);
   const TrainOutcome out = run_training(request);
   EXPECT_EQ(out.state.step, 16);
   ASSERT_EQ(out.fit.epochs.size(), 2u);
@@ -117,12 +137,12 @@ TEST_P(FamilyRun, ResumesExactlyAfterAnInterruption) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-5, 1e-6)) << i;
 }
 
-// bf16-mixed and bf16-true (channels-last for the latter) run and the loss falls; bf16-true keeps
-// every parameter in bfloat16.
+// bf16-mixed and bf16-true (channels-last for the latter) run and the loss falls (the recipe of the
+// test above); bf16-true keeps every parameter in bfloat16.
 TEST_P(FamilyRun, Bf16MixedAndBf16TrueTrain) {
   for (const Precision precision : {Precision::kBf16Mixed, Precision::kBf16True}) {
     SCOPED_TRACE(precision_name(precision));
-    Config config = family_config(GetParam(), runs_.path());
+    Config config = family_config(GetParam(), runs_.path(), /*progress=*/true);
     config.train.precision = precision;
     config.train.channels_last = precision == Precision::kBf16True;
     TrainingSetup setup = make_training(config);
@@ -207,7 +227,8 @@ TEST(FamiliesGpu, VitAttentionRunsAFusedKernelOnCuda) {
   EXPECT_LT((gpu - cpu).abs().max().item<double>(), 0.05 * std::max(1.0, cpu.abs().max().item<double>()));
 }
 
-// A CUDA graph of each family's step (bf16-mixed) gives the eager steps' weights.
+// A CUDA graph of each family's step (bf16-mixed) gives the eager steps' weights, both runs drawing their
+// dropout and drop path masks from the CUDA generator seeded alike.
 TEST(FamiliesGpu, GraphedStepsEqualEagerOnes) {
   STOKER_NEEDS_CUDA();
   for (const Family& f : kFamilies) {
@@ -229,7 +250,10 @@ TEST(FamiliesGpu, GraphedStepsEqualEagerOnes) {
     data->start_epoch(0);
     std::vector<data::Batch> batches;
     while (auto b = data->next()) batches.push_back(*b);
+    // The same dropout and drop path masks in both runs: the CUDA generator from the same state (issue 41).
+    torch::cuda::manual_seed_all(5);
     for (const data::Batch& b : batches) eager->train_step(b);
+    torch::cuda::manual_seed_all(5);
     for (const data::Batch& b : batches) graphed->train_step(b);
     EXPECT_TRUE(graphed->graph_active());
     const auto pe = eager->module().parameters(), pg = graphed->module().parameters();

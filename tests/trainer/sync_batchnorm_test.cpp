@@ -149,7 +149,7 @@ TEST(SyncBatchNormGpu, TheNcclPathIsBatchNormOnCudaTensors) {
 
 TEST(SyncBatchNormGpu, TwoNcclRanksAreBatchNormOverBothBatches) {
   STOKER_NEEDS_CUDA();
-  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (NCCL: one per rank)";
+  STOKER_NEEDS_CUDA_DEVICES(2);
   torch::manual_seed(7);
   const torch::Tensor x = torch::randn({8, 3, 5, 4});
   models::BatchNorm2d whole(3);
