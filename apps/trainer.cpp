@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "apps/trainer_commands.h"
+#include "common/build_info.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/callbacks.h"
@@ -338,7 +339,10 @@ void declare(CLI::App& app, Args& args) {
       "trainer: trains image classifiers from YAML recipes and uses their checkpoints.\n"
       "With no subcommand it trains: `trainer --config FILE` is `trainer {} --config FILE`.",
       kSubcommands[0].name));
-  app.footer(fmt::format("Run 'trainer SUBCOMMAND --help' for the flags each takes.\n\n{}", kExitStatus));
+  app.footer(fmt::format("Run 'trainer SUBCOMMAND --help' for the flags each takes; 'trainer --version' says what this\n"
+                         "build is (libtorch, CUDA parts and their GPU architectures, NCCL) and whether its kernels run\n"
+                         "on this machine's GPU.\n\n{}",
+                         kExitStatus));
   app.require_subcommand(1);
   for (const Subcommand& s : kSubcommands) {
     CLI::App* sub = app.add_subcommand(s.name, s.summary);
@@ -423,6 +427,11 @@ std::optional<std::string> set_without_equals(const std::vector<std::string>& wo
 
 // Parses the command line into `args` and returns the subcommand to run; nothing after --help.
 const Subcommand* parse_command_line(int argc, char** argv, Args& args) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    const stoker::BuildInfo build = stoker::build_info();
+    std::fputs((stoker::build_info_text(build) + stoker::machine_text(build)).c_str(), stdout);
+    return nullptr;
+  }
   std::vector<std::string> words = with_subcommand(argc, argv);
   CLI::App app{"", "trainer"};
   declare(app, args);

@@ -232,15 +232,19 @@ int bench_step(const Args& args) {
   std::printf("ms/step   %10.3f   (%lld steps in %.2f s on %s%s)\n", r.ms_per_step, (long long)r.steps,
               r.seconds, r.device.c_str(), r.graph ? ", CUDA graph replays" : "");
   std::printf("samples/s %10.1f\n", r.samples_per_s);
+  std::printf("peak      %10.1f   MB (%s)\n", r.peak_memory_mb,
+              r.device.rfind("cuda", 0) == 0 ? "the caching allocator's reserved memory" : "the process's resident set");
   std::printf("precision %s\nhardware  %s\n", precision_name(r.precision).c_str(), r.hardware.c_str());
   nlohmann::ordered_json json;
   json["model"] = config.model.type();
   json["precision"] = precision_name(r.precision);
   json["channels_last"] = config.train.channels_last;
   json["cuda_graph"] = r.graph;
+  json["activation_checkpointing"] = config.activation_checkpointing.any();
   json["batch_size"] = r.batch_size;
   json["ms_per_step"] = r.ms_per_step;
   json["samples_per_s"] = r.samples_per_s;
+  json["peak_memory_mb"] = r.peak_memory_mb;
   json["device"] = r.device;
   json["hardware"] = r.hardware;
   std::printf("%s\n", json.dump().c_str());

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -189,6 +190,35 @@ class C10dHeartbeatStore final : public HeartbeatStore {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
+// Every rank at the store before the backend's first call: a rank that failed before joining (a
+// resume checkpoint missing on its node, a device index refused) would otherwise leave the others in
+// NCCL's bootstrap, which has no timeout of ours and no watchdog yet. Each rank leaves "joined/<rank>"
+// and waits, at most `timeout` (the store's), for every other's; the error names those that never came.
+void wait_for_every_rank(c10d::Store& store, const LaunchInfo& launch, std::chrono::milliseconds timeout) {
+  const auto key = [](int64_t r) { return fmt::format("joined/{}", r); };
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < launch.world_size; ++r) keys.push_back(key(r));
+  guarded("announcing this rank in the rendezvous store", [&] { store.set(key(launch.rank), std::vector<uint8_t>{1}); });
+  try {
+    store.wait(keys, timeout);
+    return;
+  } catch (const std::exception&) {
+    // Below: which ranks are missing.
+  }
+  std::vector<int64_t> absent;
+  guarded("asking the rendezvous store which ranks joined", [&] {
+    for (int64_t r = 0; r < launch.world_size; ++r) {
+      if (!store.check({key(r)})) absent.push_back(r);
+    }
+  });
+  if (absent.empty()) return;  // they arrived as the wait ended
+  STOKER_FAIL("rank {} of {}: {} {} did not join within {} s (the process group's timeout): {} failed or stopped "
+              "before joining (the output, or the launcher's, says why: a file missing on a node, a device refused), "
+              "or never started",
+              launch.rank, launch.world_size, absent.size() == 1 ? "rank" : "ranks", fmt::join(absent, ", "),
+              std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), absent.size() == 1 ? "it" : "they");
+}
+
 // Sets the backend's communicators up now, while every rank is here (see ProcessGroup::join).
 void connect_now(const PG& group, torch::Device device) {
   std::vector<at::Tensor> one = {torch::ones({1}, torch::TensorOptions().device(device))};
@@ -227,7 +257,21 @@ struct ProcessGroup::Impl {
 };
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ProcessGroup::~ProcessGroup() = default;
+// At a normal end (no exception in flight, no peer lost) the backend is shut down as PyTorch's
+// destroy_process_group does (NCCL's communicators destroyed; else NCCL warns at every exit that the
+// group was not destroyed); after a failure it is left to the process's end, which a lost peer's
+// communicator could otherwise hold up.
+ProcessGroup::~ProcessGroup() {
+  if (!impl_) return;
+  const bool lost = impl_->watchdog && impl_->watchdog->lost().has_value();
+  impl_->watchdog.reset();  // no abort from it while shutting down
+  if (std::uncaught_exceptions() > 0 || lost || !impl_->group) return;
+  try {
+    impl_->group->shutdown();
+  } catch (const std::exception&) {
+    // A group that cannot shut down cleanly is left to the process's end, as after a failure.
+  }
+}
 
 std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch::Device device,
                                                  ProcessGroupOptions options) {
@@ -238,6 +282,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const LaunchInfo& launch, torch
   impl->device = device;
   impl->options = options;
   impl->store = connect_store(launch, options);
+  wait_for_every_rank(*impl->store, launch, options.timeout);
   impl->group = make_group(impl->store, launch, device, options, impl->backend);
   connect_now(impl->group, device);
   const bool watch = options.peer_timeout.count() > 0 && launch.world_size > 1 &&

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/hardware.h"
 #include "doctor/detail.h"
 #include "trainer/precision_choice.h"
 
@@ -12,7 +13,9 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   STOKER_CHECK(steps > 0 && warmup >= 0, "bench-step needs steps > 0 and warmup >= 0");
   doctor::Bench bench = doctor::make_bench(config);
   auto one_batch = doctor::device_cached_source(*bench.loader, 1);
+  reset_peak_memory(bench.device());
   const RungResult r = doctor::measure_rung("device-cached", *bench.trainer, *one_batch, warmup, steps);
+  const double peak_bytes = peak_memory_bytes(bench.device());
   STOKER_CHECK(std::isfinite(r.last_loss), "bench-step: the loss became {} while timing", r.last_loss);
   StepBenchResult out;
   out.steps = r.steps;
@@ -24,6 +27,7 @@ StepBenchResult bench_train_step(const Config& config, int64_t steps, int64_t wa
   out.device = bench.device().str();
   out.precision = bench.config().train.precision;
   out.hardware = detect_hardware(bench.device()).summary();
+  out.peak_memory_mb = peak_bytes / 1e6;
   return out;
 }
 

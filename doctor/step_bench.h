@@ -21,6 +21,7 @@ struct StepBenchResult {
   std::string device;
   Precision precision = Precision::kFp32;  // as trained (train.precision: auto resolved)
   std::string hardware;                    // the device's features (HardwareFeatures::summary)
+  double peak_memory_mb = 0;  // the timed steps' peak (CUDA: the allocator's reserved bytes; CPU: the resident set)
 };
 
 // `warmup` untimed steps first (a CUDA graph is captured during them), then `steps` timed ones; the

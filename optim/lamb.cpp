@@ -1,7 +1,7 @@
 #include "optim/lamb.h"
 
 #include <algorithm>
-#include <algorithm>
+#include <iterator>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -63,7 +63,7 @@ torch::Tensor Lamb::gradient_divisor(const std::optional<torch::Tensor>& grad_sc
   torch::Tensor scale = grad_scale ? grad_scale->reshape({}).to(torch::kFloat32) : torch::Tensor();
   if (max_grad_norm_ <= 0) return scale;
   std::vector<torch::Tensor> grads;
-  torch::Device device = torch::kCPU;
+  torch::Device device = shards_ ? shards_->device : torch::Device(torch::kCPU);  // a rank may hold no piece
   for (const auto& group : param_groups()) {
     for (const auto& p : group.params()) {
       device = p.device();
@@ -143,13 +143,18 @@ void Lamb::sharded_step(const std::vector<Group>& groups) {
     torch::Tensor whole;  // each piece's parameter index
   };
   std::vector<Pending> pending;
-  torch::Device device = torch::kCPU;
+  const torch::Device device = shards_->device;  // also a rank without pieces sums on it (NCCL: CUDA only)
   for (const Group& g : groups) {
     std::vector<int64_t> whole;
     for (const auto& p : g.params) whole.push_back(shards_->whole.at(p.unsafeGetTensorImpl()));
-    device = g.params.front().device();
-    pending.push_back({&g, updates_of(g.params, g.grads, *g.options),
-                       torch::tensor(whole, torch::TensorOptions().dtype(torch::kInt64)).to(device)});
+    // The indices on the device, copied once (a copy from pageable host memory waits for the device).
+    auto known = std::find_if(whole_indices_.begin(), whole_indices_.end(), [&](const auto& w) { return w.first == whole; });
+    if (known == whole_indices_.end()) {
+      if (whole_indices_.size() >= 64) whole_indices_.clear();  // groups whose gradients come and go: bounded
+      whole_indices_.emplace_back(whole, torch::tensor(whole, torch::TensorOptions().dtype(torch::kInt64)).to(device));
+      known = std::prev(whole_indices_.end());
+    }
+    pending.push_back({&g, updates_of(g.params, g.grads, *g.options), known->second});
   }
   // Squared norms of each whole parameter and of its update, summed over the pieces of every rank.
   torch::Tensor squares = torch::zeros({2, shards_->parameters}, torch::TensorOptions().dtype(torch::kFloat32).device(device));

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <torch/optim/adamw.h>
@@ -77,6 +78,8 @@ class Lamb : public torch::optim::AdamW, public AmpStepOptimizer, public Shardab
   bool trust_clip_, always_adapt_;
   bool warned_host_read_ = false;
   std::optional<ParameterShards> shards_;
+  // sharded_step: each list of pieces' parameter indices, on the device (copied from the host once).
+  std::vector<std::pair<std::vector<int64_t>, torch::Tensor>> whole_indices_;
 };
 
 }  // namespace stoker

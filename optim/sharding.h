@@ -21,6 +21,9 @@ struct ParameterShards {
   int64_t parameters = 0;
   // Sums a tensor over the ranks, in place (every rank calls it at the same point of its step).
   std::function<void(torch::Tensor&)> sum_over_ranks;
+  // Where the pieces live, and so what sum_over_ranks takes (NCCL: CUDA tensors), also on a rank
+  // that holds no piece at all.
+  torch::Device device = torch::kCPU;
 };
 
 class ShardableOptimizer {

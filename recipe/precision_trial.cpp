@@ -93,45 +93,20 @@ class Subject {
   data::Batch batch_;
 };
 
-// What a measured step at `probe` samples says of a step at another size.
-struct Estimate {
-  int64_t probe = 0;           // the measured step's batch
-  double ms_per_sample = 0;    // its time over its batch (an over-estimate for larger ones: fixed costs scale too)
-  double bytes_per_sample = 0; // its peak above what was in use before it, over its batch
-  double ms(int64_t batch) const { return ms_per_sample * static_cast<double>(batch); }
-  double bytes(int64_t batch) const { return bytes_per_sample * static_cast<double>(batch); }
-};
-
-// One step at `size`, its time and peak memory measured.
-Estimate measured_step(Subject& s, int64_t size, torch::Device device) {
+// One measured step at `size`, its time and peak memory measured (after an unmeasured one at a new size).
+TrialEstimate measured_step(ShapeWarmStep& s, int64_t size, double floor_bytes_per_sample, torch::Device device) {
+  if (!s.warm(size)) s.untimed(size);  // cuDNN's algorithm search: not timed, and not in the peak
   reset_peak_memory(device);
   const double before = memory_in_use_bytes(device);
-  const double ms = s.step(size);
+  const double ms = s.timed(size);
   check_stop_requested(kPhase);
-  Estimate e;
+  TrialEstimate e;
   e.probe = size;
   e.ms_per_sample = ms / static_cast<double>(size);
   // The resident set grows only by what the allocator had to map anew: a small step may show nothing.
   // A step holds at least its input batch (a floor, in float32).
   e.bytes_per_sample = std::max(std::max(0.0, peak_memory_bytes(device) - before) / static_cast<double>(size),
-                                s.input_bytes_per_sample());
-  return e;
-}
-
-// Probe steps at growing batches (2, 8, 32, ... up to `batch`), each taken only when the last one says
-// it stays within the bounds; the estimate of the largest. The very first step (it makes the
-// gradients and the optimizer's state) is not measured.
-Estimate probe(Subject& s, int64_t batch, double memory_bound, const TrialBounds& b, torch::Device device) {
-  int64_t size = std::min<int64_t>(batch, 2);
-  s.step(size);
-  check_stop_requested(kPhase);
-  Estimate e = measured_step(s, size, device);
-  while (size < batch) {
-    const int64_t next = std::min(batch, size * 4);
-    if (e.ms(next) > 1e3 * b.max_step_s || e.bytes(next) > memory_bound) break;
-    size = next;
-    e = measured_step(s, size, device);
-  }
+                                floor_bytes_per_sample);
   return e;
 }
 
@@ -145,7 +120,7 @@ std::string gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e
 
 // The batch to time: the run's, halved while a step would take over max_step_s or need over the
 // memory bound (never below the probe's); `why` says what capped it.
-int64_t trial_batch(int64_t batch, const Estimate& e, double memory_bound, const TrialBounds& b, std::string& why) {
+int64_t trial_batch(int64_t batch, const TrialEstimate& e, double memory_bound, const TrialBounds& b, std::string& why) {
   int64_t size = batch;
   while (size > e.probe && (e.ms(size) > 1e3 * b.max_step_s || e.bytes(size) > memory_bound)) size /= 2;
   size = std::max(size, e.probe);
@@ -177,10 +152,14 @@ Measured measure(const RunPlan& plan, const std::vector<Precision>& candidates, 
   const double available = available_memory_bytes(device);
   const double memory_bound = available > 0 ? b.memory_share * available : INFINITY;
   std::vector<std::unique_ptr<Subject>> subjects;
-  Estimate worst;
+  std::vector<ShapeWarmStep> steps;
+  TrialEstimate worst;
   for (Precision p : candidates) {
     subjects.push_back(std::make_unique<Subject>(plan, p));
-    const Estimate e = probe(*subjects.back(), batch, memory_bound, b, device);
+    Subject* s = subjects.back().get();
+    steps.emplace_back([s](int64_t size) { return s->step(size); });
+    const TrialEstimate e =
+        probe_trial_batches(steps.back(), batch, memory_bound, s->input_bytes_per_sample(), b, device);
     worst.probe = worst.probe == 0 ? e.probe : std::min(worst.probe, e.probe);
     worst.ms_per_sample = std::max(worst.ms_per_sample, e.ms_per_sample);
     worst.bytes_per_sample = std::max(worst.bytes_per_sample, e.bytes_per_sample);
@@ -193,20 +172,21 @@ Measured measure(const RunPlan& plan, const std::vector<Precision>& candidates, 
   const double needed = seconds_since(start) + (static_cast<double>(b.warmup) + 2) * n * worst.ms(m.batch) / 1e3;
   if (needed > budget) {
     m.skipped = fmt::format("timing a few steps at batch {} would bring the trial to about {:.1f} s, over its budget "
-                            "of {:.1f} s ({:.0f}% of a run estimated at {:.0f} s)",
-                            m.batch, needed, budget, 100 * b.max_share, run_s);
+                            "of {:.1f} s ({:.0f}% of a run estimated at {:.0f} s; the probes measured up to batch {}, "
+                            "{:.1f} ms a step there)",
+                            m.batch, needed, budget, 100 * b.max_share, run_s, worst.probe, worst.ms(worst.probe));
     return m;
   }
-  for (auto& s : subjects) {
-    if (worst.probe != m.batch) {  // else the last probe step was at this size: warm already
-      for (int64_t i = 0; i < b.warmup; ++i) s->step(m.batch);
+  for (size_t i = 0; i < subjects.size(); ++i) {
+    if (!steps[i].warm(m.batch)) {  // else a probe step was at this size: warm already
+      for (int64_t k = 0; k < std::max<int64_t>(1, b.warmup); ++k) steps[i].untimed(m.batch);
     }
     check_stop_requested(kPhase);
-    m.times.push_back(TrialTimes{s->precision(), {}});
+    m.times.push_back(TrialTimes{subjects[i]->precision(), {}});
   }
   for (int64_t round = 0; round < b.rounds; ++round) {
     for (size_t i = 0; i < subjects.size(); ++i) {
-      m.times[i].ms.push_back(subjects[i]->step(m.batch));
+      m.times[i].ms.push_back(steps[i].timed(m.batch));
       check_stop_requested(kPhase);
     }
     if (round >= 1 && seconds_since(start) + n * m.times[0].max() / 1e3 > budget) break;
@@ -215,6 +195,29 @@ Measured measure(const RunPlan& plan, const std::vector<Precision>& candidates, 
 }
 
 }  // namespace
+
+double ShapeWarmStep::timed(int64_t size) {
+  if (!warm(size)) untimed(size);
+  return step_(size);
+}
+
+void ShapeWarmStep::untimed(int64_t size) {
+  step_(size);
+  sizes_.insert(size);
+}
+
+TrialEstimate probe_trial_batches(ShapeWarmStep& step, int64_t batch, double memory_bound,
+                                  double floor_bytes_per_sample, const TrialBounds& b, torch::Device device) {
+  int64_t size = std::min<int64_t>(batch, 2);
+  TrialEstimate e = measured_step(step, size, floor_bytes_per_sample, device);
+  while (size < batch) {
+    const int64_t next = std::min(batch, size * 4);
+    if (e.ms(next) > 1e3 * b.max_step_s || e.bytes(next) > memory_bound) break;
+    size = next;
+    e = measured_step(step, size, floor_bytes_per_sample, device);
+  }
+  return e;
+}
 
 double TrialTimes::median() const {
   if (ms.empty()) return 0;

@@ -6,7 +6,8 @@
 // What it times, and for how long, is said before it starts. Bounded:
 // - the batch is the one the run will take (data.batch_size, capped by the samples a rank has);
 // - probe steps at growing batches (2, 8, 32, ...) estimate a step's time and memory, each taken only
-//   when the last says it stays within the bounds: a step at the run's batch that would take over
+//   when the last says it stays within the bounds, and each after an unmeasured step at its batch (the
+//   first step at a shape makes the optimizer's state and runs cuDNN's algorithm search): a step at the run's batch that would take over
 //   `max_step_s` or need over `memory_share` of the memory available is timed at the largest smaller
 //   batch (halving) that fits, and the line says so;
 // - the whole trial takes at most `max_share` of the run's estimated length (and never more than
@@ -20,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +66,39 @@ TrialVerdict judge_trial(const std::vector<TrialTimes>& times);
 // faster choice; nothing otherwise.
 std::optional<std::string> slow_precision_warning(const TrialTimes& requested, const TrialTimes& fp32,
                                                   const HardwareFeatures& hardware);
+
+// What a probe step says of a step at another batch (below): the time and the memory per sample.
+struct TrialEstimate {
+  int64_t probe = 0;            // the measured step's batch
+  double ms_per_sample = 0;     // its time over its batch (an over-estimate for larger ones: fixed costs scale too)
+  double bytes_per_sample = 0;  // its peak above what was in use before it, over its batch
+  double ms(int64_t batch) const { return ms_per_sample * static_cast<double>(batch); }
+  double bytes(int64_t batch) const { return bytes_per_sample * static_cast<double>(batch); }
+};
+
+// A candidate's training step at a batch size, timed so that no measured step is the first at its
+// shape: with cuDNN's benchmark mode on, the first step at a new input shape searches the convolution
+// algorithms (seconds at ResNet-50's size), and a timed search reads as a step 10-100x too slow.
+class ShapeWarmStep {
+ public:
+  // `step(size)`: one training step at `size` samples, its milliseconds (the device synchronised after it).
+  explicit ShapeWarmStep(std::function<double(int64_t)> step) : step_(std::move(step)) {}
+  // One measured step at `size`, after an unmeasured one when `size` is new.
+  double timed(int64_t size);
+  // One unmeasured step at `size`.
+  void untimed(int64_t size);
+  bool warm(int64_t size) const { return sizes_.count(size) > 0; }
+
+ private:
+  std::function<double(int64_t)> step_;
+  std::set<int64_t> sizes_;
+};
+
+// Probe steps at growing batches (2, 8, 32, ... up to `batch`), each taken only when the last one says
+// a step there stays within `memory_bound` bytes and b.max_step_s; the estimate of the largest. Each
+// step is measured on `device` (peak memory), at least `floor_bytes_per_sample` a sample.
+TrialEstimate probe_trial_batches(ShapeWarmStep& step, int64_t batch, double memory_bound,
+                                  double floor_bytes_per_sample, const TrialBounds& b, torch::Device device);
 
 // The precision `plan` (with its input shape, batch and length resolved) trains in, and why: on the
 // plan's device as detect_hardware finds it, or as `hardware` says (tests force each answer).

@@ -5,7 +5,9 @@
 #
 #   scripts/bundle_device.sh [BUILD_DIR] [OUT_DIR]     # defaults: build/release .bundle
 #
-# OUT_DIR (recreated) then holds payload.tar.gz (with payload.sha256) and env.sh; the payload, unpacked
+# OUT_DIR (recreated) then holds payload.tar.gz (with payload.sha256), env.sh and torch_check.sh (env.sh
+# refuses, in one sentence, a torch of another release or CUDA build than the bundle's, and one that sees
+# no GPU on a machine whose driver lists one); the payload, unpacked
 # by env.sh on the device the first time it is sourced (the programs and libraries are 60 MiB and
 # more unpacked, a third of that packed), holds
 #   bin/          trainer and stoker_tests_gpu (every test file with GPU tests in one statically linked
@@ -51,6 +53,10 @@ fi
 [[ -e $torch_lib/libtorch_cpu.so ]] || die "no libtorch at '$torch_lib' (set STOKER_TORCH_LIB=<torch>/lib)"
 torch_lib=$(cd "$torch_lib" && pwd)
 site=$(cd "$torch_lib/../.." && pwd)
+# The torch the bundle is built against (env.sh refuses another on the device: scripts/torch_check.sh).
+torch_version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$torch_lib/../version.py")
+torch_cuda=$(sed -n "s/^cuda: Optional\[str\] = '\{0,1\}\([^']*\)'\{0,1\}$/\1/p" "$torch_lib/../version.py")
+[[ -n $torch_version && -n $torch_cuda ]] || die "cannot read the torch version from $torch_lib/../version.py"
 
 # --- Programs.
 programs=()
@@ -135,7 +141,10 @@ cat >"$OUT/env.sh" <<EOF
 # the bundle whose venv-torch-2.11.0/bin/python runs the Python that has torch, for the golden tests).
 _sb_need_glibcxx=$need_glibcxx
 _sb_need_glibc=${need_glibc#GLIBC_}
+_sb_want_torch=$torch_version
+_sb_want_cuda=$torch_cuda
 EOF
+cp scripts/torch_check.sh "$OUT/torch_check.sh"
 cat >>"$OUT/env.sh" <<'EOF'
 _sb_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -170,6 +179,10 @@ print(os.path.join(s.submodule_search_locations[0], "lib"))'
   local site
   site=$(cd "$tl/../.." && pwd)
   if [[ -z $py && -x $site/../../../bin/python ]]; then py=$(cd "$site/../../../bin" && pwd)/python; fi
+  # The same torch release and CUDA build as the bundle's, and a GPU it can see where there is one.
+  source "$_sb_dir/torch_check.sh" || return 1
+  stoker_torch_check "$_sb_want_torch" "$_sb_want_cuda" "$py" "$tl" >&2 || { unset -f stoker_torch_check; return 1; }
+  unset -f stoker_torch_check
 
   # The C++ runtime: the machine's own unless it is older than what the bundle was built against.
   local stdcxx="" f lib="$_sb_dir/lib"
@@ -219,7 +232,7 @@ print(os.path.join(s.submodule_search_locations[0], "lib"))'
 _sb_main
 _sb_rc=$?
 unset -f _sb_main
-unset _sb_dir _sb_need_glibcxx _sb_need_glibc
+unset _sb_dir _sb_need_glibcxx _sb_need_glibc _sb_want_torch _sb_want_cuda
 if (( _sb_rc != 0 )); then unset _sb_rc; return 1; fi
 unset _sb_rc
 EOF

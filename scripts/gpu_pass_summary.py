@@ -14,7 +14,12 @@ import re
 import sys
 
 # Stages after these are "if time is left": not reaching them is not a failure.
-REQUIRED = {"identity", "gpu_tests", "fit", "resnet50_bf16", "resnet50_bf16_graph", "resnet50_auto"}
+REQUIRED = {"identity", "gpu_tests", "fit", "resnet50_bf16", "resnet50_bf16_graph"}
+# A GPU test that skips with this phrase needs more GPUs than the machine has: "not applicable" there
+# (tests/test_util.h, STOKER_NEEDS_CUDA_DEVICES); any other skip fails a pass on a GPU.
+NEEDS_DEVICES = re.compile(r"needs (\d+) CUDA devices")
+# The family stages and torchvision's name of the same network (stage torchvision).
+FAMILIES = {"vit_b16": "vit_b_16", "convnext_t": "convnext_tiny", "efficientnet_b0": "efficientnet_b0"}
 SKIPPED_EXIT = 77
 TIMEOUT_EXITS = {124, 137}
 
@@ -63,23 +68,48 @@ def needs_cuda(dry, name, ok, why):
 
 # ---- per stage ------------------------------------------------------------------------------------------
 
+def visible_gpus(log):
+    """The GPUs nvidia-smi -L listed in the identity stage's log."""
+    return len(re.findall(r"^GPU \d+: ", log, re.M))
+
+
 def identity(log, dry, folder):
     numbers = {}
     m = re.search(r"^name, driver_version.*\n(.+)$", log, re.M)
     if m:
         parts = [p.strip() for p in m.group(1).split(",")]
         numbers = dict(zip(["gpu", "driver", "memory", "compute_capability"], parts))
+    numbers["gpus"] = visible_gpus(log)
     m = re.search(r"^torch (\S+) cuda (\S+) device (.+)$", log, re.M)
     if m:
         numbers.update(torch=m.group(1), torch_cuda=m.group(2), torch_device=m.group(3))
-    runs = "Usage" in log or "trainer" in log
-    return [check("trainer runs", "pass" if runs else "fail", "" if runs else "trainer --help printed nothing"),
-            needs_cuda(dry, "a GPU is visible", "gpu" in numbers, "nvidia-smi listed no GPU")], numbers
+    build = dict(re.findall(r"^(stoker|libtorch|cuda parts|nccl|machine): (.+)$", log, re.M))
+    numbers.update({"build_" + k.replace(" ", "_"): v for k, v in build.items()})
+    runs = re.search(r"^Usage: trainer", log, re.M) is not None
+    return [check("trainer runs", "pass" if runs else "fail", "" if runs else "trainer --help printed no usage"),
+            check("trainer --version", "pass" if "cuda parts" in build else "fail",
+                  "" if "cuda parts" in build else "trainer --version printed no 'cuda parts:' line"),
+            needs_cuda(dry, "a GPU is visible", "gpu" in numbers, "nvidia-smi listed no GPU"),
+            needs_cuda(dry, "the build has its CUDA parts", build.get("cuda parts", "").startswith("yes"),
+                       f"cuda parts: {build.get('cuda parts')}"),
+            needs_cuda(dry, "the build has NCCL", build.get("nccl", "").startswith("yes"), f"nccl: {build.get('nccl')}"),
+            needs_cuda(dry, "the kernels run on this GPU", build.get("machine", "").endswith("the kernels run on it"),
+                       f"machine: {build.get('machine')}")], numbers
+
+
+def skip_reasons(log):
+    """{test name: the message it skipped with} from GoogleTest's output in `log`."""
+    reasons = {}
+    for name, body in re.findall(r"^\[ RUN      \] (\S+)\n(.*?)^\[  SKIPPED \] \1", log, re.M | re.S):
+        lines = [l.strip() for l in body.splitlines() if l.strip() and not l.strip().endswith(": Skipped")]
+        reasons[name] = " ".join(lines)[:300]
+    return reasons
 
 
 def gtest_results(folder, log):
-    """{test name: (result, first failure message)} from the JSON report, else from the log."""
+    """{test name: (result, first failure message or skip reason)} from the JSON report, else from the log."""
     results = {}
+    reasons = skip_reasons(log)
     report = os.path.join(folder, "gpu_tests.json")
     if os.path.exists(report):
         try:
@@ -92,7 +122,7 @@ def gtest_results(folder, log):
                     if failures:
                         results[name] = ("fail", failures[0].get("failure", "").strip().splitlines()[0][:300])
                     elif t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
-                        results[name] = ("skip", "")
+                        results[name] = ("skip", t.get("skip_reason") or reasons.get(name, ""))
                     else:
                         results[name] = ("pass", "")
             return results, "json"
@@ -103,16 +133,27 @@ def gtest_results(folder, log):
         results[name] = ("fail", " ".join(lines[:3])[:300])
     for kind, status in (("OK", "pass"), ("SKIPPED", "skip"), ("FAILED", "fail")):
         for name in re.findall(r"^\[\s+%s\s+\] (\S+\.\S+)" % kind, log, re.M):
-            results.setdefault(name, (status, ""))
+            results.setdefault(name, (status, reasons.get(name, "")))
     for name in re.findall(r"^\[ RUN      \] (\S+\.\S+)", log, re.M):  # started, never ended: a crash or the budget
         results.setdefault(name, ("fail", "did not finish (the program crashed or was stopped there)"))
     return results, "log"
 
 
+def not_applicable(why, gpus):
+    """A skip because the test needs more GPUs than nvidia-smi listed."""
+    m = NEEDS_DEVICES.search(why or "")
+    return bool(m) and int(m.group(1)) > gpus
+
+
 def gpu_tests(log, dry, folder):
     results, source = gtest_results(folder, log)
-    counts = {s: sum(1 for r in results.values() if r[0] == s) for s in ("pass", "fail", "skip")}
-    numbers = {"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"], "from": source}
+    gpus = visible_gpus(read(os.path.join(folder, "identity.log")))
+    for name, (status, why) in list(results.items()):
+        if status == "skip" and not dry and not_applicable(why, gpus):
+            results[name] = ("n/a", why)
+    counts = {s: sum(1 for r in results.values() if r[0] == s) for s in ("pass", "fail", "skip", "n/a")}
+    numbers = {"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
+               "not_applicable": counts["n/a"], "from": source}
     checks = [check(name, "fail", why) for name, (status, why) in sorted(results.items()) if status == "fail"]
     if dry:
         ok = counts["fail"] == 0 and counts["skip"] > 0
@@ -120,6 +161,10 @@ def gpu_tests(log, dry, folder):
                                "needs CUDA (dry run): every GPU test skips, saying why" if ok
                                else "a GPU test failed, or none ran, without a GPU", **numbers))
     else:
+        checks += [check(name, "fail", f"skipped: {why or 'no reason given'}")
+                   for name, (status, why) in sorted(results.items()) if status == "skip"]
+        checks += [check(name, "skip", f"not applicable on {gpus} GPU(s): {why}")
+                   for name, (status, why) in sorted(results.items()) if status == "n/a"]
         ok = counts["fail"] == 0 and counts["skip"] == 0 and counts["pass"] > 0
         checks.insert(0, check("tests", "pass" if ok else "fail", "" if ok else "failures or skips", **numbers))
     return checks, numbers
@@ -177,7 +222,8 @@ def bench_step(log, dry, folder, name):
     r = last_json(log, "ms_per_step")
     if r is None:
         return [check("step timed", "fail", "no result line")], {}
-    numbers = {k: r.get(k) for k in ("precision", "cuda_graph", "batch_size", "ms_per_step", "samples_per_s", "device")}
+    numbers = {k: r.get(k) for k in ("precision", "cuda_graph", "batch_size", "ms_per_step", "samples_per_s",
+                                     "peak_memory_mb", "device")}
     checks = [check("step timed", "pass")]
     if name == "resnet50_bf16_graph":
         checks.append(needs_cuda(dry, "replayed as a CUDA graph", r.get("cuda_graph") is True,
@@ -185,28 +231,83 @@ def bench_step(log, dry, folder, name):
     return checks, numbers
 
 
-def doctor(log, dry, folder):
-    r = last_json(log, "input_bound")
-    if r is None:
-        return [check("ladder measured", "fail", "no ladder result line")], {}
-    keep = ("device", "batch_size", "workers", "precision", "input_bound")
-    numbers = {k: r[k] for k in keep if k in r}
-    numbers.update({k: round(v, 3) for k, v in r.items() if k.endswith("_ratio") and isinstance(v, (int, float))})
-    return [check("ladder measured", "pass")], numbers
+def variants(log):
+    """{variant: its bench-step JSON line} from a log of "variant: NAME" lines, each followed by one run."""
+    out = {}
+    parts = re.split(r"^variant: (\S+)$", log, flags=re.M)
+    for name, text in zip(parts[1::2], parts[2::2]):
+        out[name] = last_json(text, "ms_per_step")
+    return out
 
 
-def doctor_batch(log, dry, folder):
-    rows = re.findall(r"^\s+(\d+)\s+([\d.]+|-)\s+([\d.]+) MB", log, re.M)
-    stopped = re.search(r"^stopped: (.+)$", log, re.M)
-    numbers = {"batches": [int(b) for b, _, _ in rows],
-               "samples_per_s": [None if s == "-" else float(s) for _, s, _ in rows],
-               "peak_mb": [float(m) for _, _, m in rows], "stopped": stopped.group(1) if stopped else None}
-    oom = bool(stopped) and "does not fit" in stopped.group(1)
-    return [check("swept", "pass" if rows else "fail", "" if rows else "no sweep table"),
-            needs_cuda(dry, "swept until out of memory", oom, f"it stopped before: {numbers['stopped']}")], numbers
+def variant_checks(log, dry, names, graphed):
+    """Each variant timed, the graphed ones replayed as a CUDA graph; ms/step and peak MB of each."""
+    runs = variants(log)
+    checks, numbers = [], {}
+    for v in names:
+        r = runs.get(v)
+        checks.append(check(f"{v} timed", "pass" if r else "fail", "" if r else f"no result line for {v}"))
+        if r:
+            numbers[f"{v}_ms"] = r.get("ms_per_step")
+            numbers[f"{v}_peak_mb"] = r.get("peak_memory_mb")
+        if r and v in graphed:
+            checks.append(needs_cuda(dry, f"{v} replayed as a CUDA graph", r.get("cuda_graph") is True,
+                                     "the step was not captured"))
+    return checks, numbers, runs
 
 
-CHECKS = {"identity": identity, "gpu_tests": gpu_tests, "fit": fit, "doctor": doctor, "doctor_batch": doctor_batch}
+def family(log, dry, folder):
+    checks, numbers, runs = variant_checks(log, dry, ["eager", "graph", "checkpointed"], {"graph"})
+    ckpt, eager = runs.get("checkpointed"), runs.get("eager")
+    if ckpt:
+        on = ckpt.get("activation_checkpointing") is True
+        checks.append(check("activation checkpointing on", "pass" if on else "fail",
+                            "" if on else "the checkpointed run did not have model.activation_checkpointing"))
+    if ckpt and eager:
+        lower = (ckpt.get("peak_memory_mb") or 0) < (eager.get("peak_memory_mb") or 0)
+        checks.append(needs_cuda(dry, "checkpointing lowers the peak memory", lower,
+                                 f"peak {ckpt.get('peak_memory_mb')} MB checkpointed against {eager.get('peak_memory_mb')}"
+                                 " MB eager"))
+    return checks, numbers
+
+
+def torchscript(log, dry, folder):
+    checks, numbers, runs = variant_checks(log, dry, ["native_eager", "native_graph", "script_eager", "script_graph"],
+                                           {"native_graph", "script_graph"})
+    if numbers.get("native_eager_ms") and numbers.get("script_eager_ms"):
+        numbers["script_over_native_eager"] = round(numbers["script_eager_ms"] / numbers["native_eager_ms"], 3)
+    return checks, numbers
+
+
+def precision_trial(log, dry, folder):
+    r = last_json(log, "ms_per_step")
+    line = re.search(r"train\.precision: auto -> (\S+) \((.*)\) on ", log)
+    if line is None:
+        return [check("decided", "fail", "no 'train.precision: auto ->' line")], {}
+    how = line.group(2)
+    batch = r.get("batch_size") if r else None
+    medians = dict(re.findall(r"(\S+) ([\d.]+) ms \[", how))
+    numbers = {"chosen": line.group(1), "batch_size": batch, **{f"{p}_ms": float(ms) for p, ms in medians.items()}}
+    m = re.search(r"a training step at batch (\d+)", how)
+    numbers["timed_batch"] = int(m.group(1)) if m else None
+    timed = m is not None and batch is not None and int(m.group(1)) == batch
+    return [check("decided", "pass"),
+            needs_cuda(dry, "timed at the run's batch", timed, f"the trial said: {how[:300]}")], numbers
+
+
+def torchvision(log, dry, folder):
+    rows = [o for o in json_lines(log) if "ms_per_step" in o]
+    numbers = {}
+    for o in rows:
+        numbers[f"{o.get('model')}_ms"] = o.get("ms_per_step")
+        if o.get("peak_memory_mb") is not None:
+            numbers[f"{o.get('model')}_peak_mb"] = o.get("peak_memory_mb")
+    missing = [m for m in FAMILIES.values() if f"{m}_ms" not in numbers]
+    return [check("timed", "fail" if missing else "pass", f"no result for {', '.join(missing)}" if missing else "")], numbers
+
+
+CHECKS = {"identity": identity, "gpu_tests": gpu_tests, "fit": fit, "torchscript": torchscript,
+          "precision_trial": precision_trial, "torchvision": torchvision, **{f: family for f in FAMILIES}}
 
 
 # ---- the pass -----------------------------------------------------------------------------------------
@@ -245,12 +346,24 @@ def stage_summary(folder, name, rc, seconds, budget, dry):
 
 
 def ratios(stages):
-    ms = {s["name"]: s.get("numbers", {}).get("ms_per_step") for s in stages}
+    nums = {s["name"]: s.get("numbers", {}) for s in stages}
+    ms = {name: n.get("ms_per_step") for name, n in nums.items()}
     out = {}
     if ms.get("resnet50_bf16") and ms.get("resnet50_bf16_graph"):
         out["graph_speedup_bf16"] = round(ms["resnet50_bf16"] / ms["resnet50_bf16_graph"], 3)
-    if ms.get("resnet50_bf16") and ms.get("resnet50_tf32"):
-        out["bf16_over_tf32"] = round(ms["resnet50_tf32"] / ms["resnet50_bf16"], 3)
+    trial = nums.get("precision_trial", {})
+    slower = trial.get("tf32_ms") or trial.get("fp32_ms")
+    if trial.get("bf16-mixed_ms") and slower:
+        out["bf16_over_tf32_trial"] = round(slower / trial["bf16-mixed_ms"], 3)
+    tv = nums.get("torchvision", {})
+    for stage, model in FAMILIES.items():
+        n = nums.get(stage, {})
+        if n.get("eager_ms") and n.get("graph_ms"):
+            out[f"{stage}_graph_speedup"] = round(n["eager_ms"] / n["graph_ms"], 3)
+        if n.get("eager_peak_mb") and n.get("checkpointed_peak_mb"):
+            out[f"{stage}_checkpointed_memory_share"] = round(n["checkpointed_peak_mb"] / n["eager_peak_mb"], 3)
+        if n.get("eager_ms") and tv.get(f"{model}_ms"):
+            out[f"{stage}_torchvision_over_stoker"] = round(tv[f"{model}_ms"] / n["eager_ms"], 3)
     return out
 
 
@@ -258,11 +371,12 @@ def text_of(summary):
     ident = next((s.get("numbers", {}) for s in summary["stages"] if s["name"] == "identity"), {})
     lines = [f"GPU pass ({summary['kind']}), {summary['seconds']:.0f} s of {summary['budget_s']} s; "
              f"device: {ident.get('gpu', 'none')}{', driver ' + ident['driver'] if 'driver' in ident else ''}",
+             *(f"build: {k[len('build_'):].replace('_', ' ')}: {v}" for k, v in ident.items() if k.startswith("build_")),
              f"{'stage':<22}{'status':<9}{'seconds':>8}{'budget':>8}  numbers"]
     for s in summary["stages"]:
         nums = ", ".join(f"{k} {round(v, 4) if isinstance(v, float) else v}" for k, v in s.get("numbers", {}).items()
-                         if v is not None and k != "batches")
-        lines.append(f"{s['name']:<22}{s['status']:<9}{s['seconds']:>8}{s['budget_s']:>8}  {nums[:150]}")
+                         if v is not None and k != "batches" and not k.startswith("build_"))
+        lines.append(f"{s['name']:<22}{s['status']:<9}{s['seconds']:>8}{s['budget_s']:>8}  {nums[:200]}")
         if s.get("why"):
             lines.append(f"    {s['why']}")
         for c in s.get("checks", []):

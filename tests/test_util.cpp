@@ -1,6 +1,7 @@
 #include "test_util.h"
 #include "run_command.h"
 
+#include <fmt/format.h>
 #include <torch/cuda.h>
 
 #include <netinet/in.h>
@@ -178,6 +179,12 @@ std::string cuda_missing(bool kernels) {
   (void)kernels;
 #endif
   return "";
+}
+
+std::string cuda_devices_missing(int64_t n) {
+  const auto have = static_cast<int64_t>(torch::cuda::device_count());
+  if (have >= n) return "";
+  return fmt::format("needs {} CUDA devices (NCCL: one per rank); this machine has {}", n, have);
 }
 
 bool cuda_required() {

@@ -28,7 +28,20 @@
     GTEST_SKIP() << stoker_why_;                                                                       \
   }
 
+// A test that needs `n` CUDA devices (NCCL, one per rank), after STOKER_NEEDS_CUDA(): skipped on a
+// machine with fewer, whatever STOKER_REQUIRE_CUDA says, with the fixed phrase "needs N CUDA devices"
+// (also recorded as the test's property `skip_reason`) that scripts/gpu_pass_summary.py lists as "not
+// applicable" on that machine; a skip saying anything else still fails the GPU pass.
+#define STOKER_NEEDS_CUDA_DEVICES(n)                                                          \
+  if (const std::string stoker_why_ = ::stoker::testing::cuda_devices_missing(n); !stoker_why_.empty()) { \
+    RecordProperty("skip_reason", stoker_why_);                                                   \
+    GTEST_SKIP() << stoker_why_;                                                              \
+  }
+
 namespace stoker::testing {
+
+// "needs N CUDA devices (this machine has M)" when it has fewer than `n`, else "".
+std::string cuda_devices_missing(int64_t n);
 
 // Why a CUDA test cannot run here ("" when it can): no GPU, libtorch without CUDA, or (`kernels`)
 // this build without Stoker's CUDA parts.

@@ -183,6 +183,7 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const OptimizerOptions&
   if (groups.empty()) groups = whole_model_groups(options, *model);
   ParameterShards layout;
   layout.parameters = static_cast<int64_t>(shards->parameters().size());
+  layout.device = device;
   for (const auto& piece : shards->pieces()) layout.whole[piece.tensor.unsafeGetTensorImpl()] = piece.parameter;
   std::unique_ptr<torch::optim::Optimizer> inner = make_optimizer(options, piece_groups(groups, *shards), device);
   auto* shardable = dynamic_cast<ShardableOptimizer*>(inner.get());

@@ -3,6 +3,7 @@
 // CUDA only); the statistics are combined in float64.
 #include "trainer/sync_batchnorm.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,11 +70,19 @@ void combined_statistics(const torch::Tensor& x, distributed::Collectives& colle
   torch::nn::BatchNorm2dImpl& bn = *s.bn;
   if (!bn.options.track_running_stats() || !bn.running_mean.defined()) return;
   bn.num_batches_tracked.add_(1);
-  const double factor = bn.options.momentum() ? *bn.options.momentum()
-                                              : 1.0 / static_cast<double>(bn.num_batches_tracked.item<int64_t>());
   const torch::Tensor unbiased = var_all * s.count / (s.count - 1).clamp_min(1);
-  bn.running_mean.mul_(1 - factor).add_(s.mean.to(bn.running_mean.scalar_type()), factor);
-  bn.running_var.mul_(1 - factor).add_(unbiased.to(bn.running_var.scalar_type()), factor);
+  const std::optional<double> momentum = bn.options.momentum();
+  const auto move = [&](torch::Tensor& running, const torch::Tensor& value) {
+    const torch::Tensor v = value.to(running.scalar_type());
+    if (momentum) {
+      running.mul_(1 - *momentum).add_(v, *momentum);
+    } else {  // the cumulative average: 1 / batches seen, on the device (reading the count would wait for it)
+      const torch::Tensor factor = bn.num_batches_tracked.to(running.scalar_type()).reciprocal();
+      running.mul_(1 - factor).add_(v * factor);
+    }
+  };
+  move(bn.running_mean, s.mean);
+  move(bn.running_var, unbiased);
 }
 
 class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunction> {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "models/activation_checkpointing.h"
 #include "optim/optim.h"
 #include "common/trace.h"
 #include "trainer/cuda_graph_step.h"
@@ -39,6 +40,19 @@ std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& opt
            "(or auto)";
   }
   return amp->capture_obstacle();
+}
+
+// Why `model`'s step cannot be a CUDA graph (nothing when it can): activation checkpointing recomputes
+// blocks in backward with the random generators' state saved and restored on the host. The recipe
+// refuses the pair; a Trainer built from parts by hand learns it here.
+std::string checkpointing_obstacle(torch::nn::Module& model) {
+  for (models::CheckpointableBlock* block : models::checkpointable_blocks(model)) {
+    if (block->checkpointing()) {
+      return "model.activation_checkpointing is on: its recomputation in backward saves and restores the random "
+             "generators' state on the host, which a CUDA graph cannot capture (turn one of them off)";
+    }
+  }
+  return "";
 }
 
 // The parts must arrive ready to train: the model on the device, in the precision's parameter dtype.
@@ -138,6 +152,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
                              [this](const torch::Tensor& input, const torch::Tensor& target) {
                                return step_function(input, target, 1, /*update=*/true);
                              });
+    if (const std::string why = checkpointing_obstacle(module()); !why.empty()) graph_->disable(why);
   }
 }
 

@@ -17,7 +17,9 @@
 #include <thread>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
+#include "common/build_info.h"
 #include "data/dataset.h"
 #include "run_command.h"
 #include "test_util.h"
@@ -48,6 +50,34 @@ TEST(TrainerCli, MissingConfigFileIsAClearError) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("error: /nonexistent/x.yaml: cannot read the config file (no such file)"),
             std::string::npos) << r.output;
+}
+
+// trainer --version (issue 41): what the build is, and whether its kernels run on this machine's GPU.
+TEST(TrainerCli, VersionNamesTheBuildsCudaPartsNcclAndTheMachine) {
+  const Result r = run_trainer("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "stoker: ");
+  EXPECT_CONTAINS(r.output, std::string("libtorch: ") + TORCH_VERSION);
+#ifdef STOKER_WITH_CUDA
+  EXPECT_CONTAINS(r.output, "cuda parts: yes (nvcc ");
+  EXPECT_CONTAINS(r.output, "; kernels for ");
+#else
+  EXPECT_CONTAINS(r.output, "cuda parts: no");
+#endif
+  EXPECT_TRUE(r.output.find("nccl: yes (NCCL ") != std::string::npos || r.output.find("nccl: no") != std::string::npos)
+      << r.output;
+  EXPECT_CONTAINS(r.output, torch::cuda::is_available() ? "machine: " : "machine: no CUDA device");
+}
+
+// Which GPUs a build's kernels run on: machine code for exactly its architecture, or PTX for it or an older one.
+TEST(TrainerCli, KernelsRunOnTheArchitecturesBuiltOrANewerOneThroughPtx) {
+  const std::string archs = "75-real,80-real,86-real,90-real,100-real,120";
+  EXPECT_TRUE(kernels_run_on(archs, 90));
+  EXPECT_TRUE(kernels_run_on(archs, 121));   // the PTX of sm_120, compiled by the driver
+  EXPECT_FALSE(kernels_run_on(archs, 89));   // no machine code for 8.9, and the PTX is of 12.0
+  EXPECT_FALSE(kernels_run_on("90-real", 100));
+  EXPECT_TRUE(kernels_run_on("80-virtual;90-real", 89));
+  EXPECT_FALSE(kernels_run_on("", 90));
 }
 
 TEST(TrainerCli, BadCommandLineShowsUsage) {

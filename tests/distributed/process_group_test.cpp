@@ -1,5 +1,6 @@
 // distributed/process_group.h with two Gloo ranks as two threads of this process, the peer watchdog on
-// (ProcessGroupOptions::watch_peers_on_gloo) with a short timeout: what issue 33's G17 and G18 were.
+// (ProcessGroupOptions::watch_peers_on_gloo) with a short timeout: what issue 33's G17 and G18 were; a
+// rank that never joins (issue 41); and, on a GPU, an NCCL group shut down at a normal end.
 #include "distributed/process_group.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +108,39 @@ TEST(ProcessGroupGloo, ARankThatFailsBeforeTheFirstCollectiveEndsTheOthers) {
   EXPECT_LT(seconds, 5.0);
   EXPECT_CONTAINS(*ending.why, "rank 0: rank 1 failed: image folder /data/missing/train does not exist; aborting "
                                "the collectives did not end the wait for them within 1 s");
+}
+
+// Issue 41: a rank that never joins (it failed before: a checkpoint missing on its node) is named by
+// the others within the group's timeout, at the store, before any backend call; before, rank 0 waited in
+// the backend's set-up (NCCL's bootstrap: no timeout of ours) and Gloo's error named no rank.
+TEST(ProcessGroupGloo, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
+  ProcessGroupOptions o;
+  o.timeout = 2s;
+  LaunchInfo launch = rank_of_two(0, testing::free_port());
+  launch.world_size = 3;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = testing::error_of([&] { ProcessGroup::join(launch, torch::kCPU, o); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_CONTAINS(message, "rank 0 of 3: ranks 1, 2 did not join within 2 s (the process group's timeout)");
+  EXPECT_CONTAINS(message, "they failed or stopped before joining");
+  EXPECT_LT(seconds, 30.0);
+}
+
+// NCCL at a normal end: the group is shut down, so NCCL's "process group has NOT been destroyed"
+// warning is not printed (PyTorch prints it at every exit of a group never destroyed).
+TEST(ProcessGroupGpu, ANcclGroupIsShutDownAtANormalEnd) {
+  STOKER_NEEDS_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  LaunchInfo launch = rank_of_two(0, testing::free_port());
+  launch.world_size = 1;
+  ::testing::internal::CaptureStderr();
+  {
+    auto group = ProcessGroup::join(launch, gpu);
+    EXPECT_EQ(group->backend(), "nccl");
+    group->barrier();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("NOT been destroyed"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -13,7 +13,12 @@
 #include <sstream>
 
 #include "golden/lamb_golden.h"
+#include "optim/sharding.h"
 #include "test_util.h"
+
+#ifdef STOKER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace stoker {
 namespace {
@@ -210,6 +215,23 @@ TEST(Lamb, SaysWhyItCannotBeCaptured) {
   EXPECT_CONTAINS(lamb.capture_obstacle(), "use sgd or adamw");
 }
 
+// ZeRO-1 (issue 41): a rank that holds no piece of any parameter still takes part in the sums over the
+// ranks, on the shards' device (NCCL takes CUDA tensors only; before, its sums were CPU tensors). The
+// meta device stands in for CUDA here: any device but the CPU shows it.
+TEST(Lamb, ARankWithoutPiecesSumsOnTheShardsDevice) {
+  Lamb lamb({torch::optim::OptimizerParamGroup(std::vector<torch::Tensor>{})},
+            torch::optim::AdamWOptions(0.01).weight_decay(0.01), LambKeys());  // max_grad_norm 1: global clipping
+  std::vector<torch::Device> summed_on;
+  ParameterShards shards;
+  shards.parameters = 3;
+  shards.device = torch::kMeta;
+  shards.sum_over_ranks = [&](torch::Tensor& t) { summed_on.push_back(t.device()); };
+  lamb.set_shards(shards);
+  lamb.step();
+  ASSERT_EQ(summed_on.size(), 2u);  // the gradients' global norm, then the trust ratios' norms
+  for (const torch::Device& d : summed_on) EXPECT_EQ(d, torch::Device(torch::kMeta));
+}
+
 TEST(Lamb, IsBuiltFromTheConfigWithDecayedAndUndecayedGroups) {
   OptimizerOptions o;
   o.algorithm = TypedOptions("lamb", std::make_unique<LambKeys>());
@@ -224,6 +246,51 @@ TEST(Lamb, IsBuiltFromTheConfigWithDecayedAndUndecayedGroups) {
   EXPECT_DOUBLE_EQ(decayed.weight_decay(), 0.02);
   EXPECT_DOUBLE_EQ(undecayed.weight_decay(), 0.0);
   EXPECT_DOUBLE_EQ(decayed.eps(), 1e-6);
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// ZeRO-1 + LAMB on CUDA (issue 41): the pieces' parameter indices are copied to the device once, not at
+// every step: after the first step, steps run with PyTorch's sync debug mode at the error level, where a
+// copy from pageable host memory (it waits for the device) throws.
+TEST(LambGpu, ShardedStepsCopyNoIndexToTheDeviceAfterTheFirst) {
+  STOKER_NEEDS_CUDA_KERNELS();
+#ifdef STOKER_WITH_CUDA
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(1);
+  torch::Tensor a = torch::randn({4, 3}, gpu).requires_grad_(true), b = torch::randn({5}, gpu).requires_grad_(true);
+  Lamb lamb({torch::optim::OptimizerParamGroup({a, b})}, torch::optim::AdamWOptions(0.01).weight_decay(0.01),
+            LambKeys());
+  ParameterShards shards;
+  shards.whole[a.unsafeGetTensorImpl()] = 0;
+  shards.whole[b.unsafeGetTensorImpl()] = 1;
+  shards.parameters = 2;
+  shards.device = gpu;
+  std::vector<torch::Device> summed_on;
+  shards.sum_over_ranks = [&](torch::Tensor& t) { summed_on.push_back(t.device()); };
+  lamb.set_shards(shards);
+  const auto step = [&] {
+    lamb.zero_grad();
+    ((a * a).sum() + (b * b).sum()).backward();
+    lamb.step();
+  };
+  step();
+  auto& state = c10::cuda::warning_state();
+  state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  std::string error;
+  try {
+    for (int i = 0; i < 3; ++i) step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  EXPECT_EQ(error, "") << "a step after the first waited for the device";
+  for (const torch::Device& d : summed_on) EXPECT_EQ(d, gpu);
+#endif
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The precision trial (recipe/precision_trial.h): the verdict on recorded, interleaved step times
-// (a clear winner, a tie within the noise), and the trial itself on a tiny plan with the hardware's
+// (a clear winner, a tie within the noise), probe steps that never time the first step at a batch
+// (cuDNN's algorithm search; a fake step), and the trial itself on a tiny plan with the hardware's
 // answer forced (so that it holds on any CPU): the run's batch capped by the data, a smaller batch
 // when a step would exceed the time or memory bound, nothing timed when the run is too short, and a
 // stop signal that ends it with a message.
@@ -7,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "recipe/resolve.h"
 #include "test_config.h"
@@ -63,6 +68,36 @@ TEST(PrecisionTrial, AnExplicitPrecisionTwiceAsSlowIsWarnedAbout) {
   EXPECT_CONTAINS(*warning, "train.precision: bf16-mixed takes 2146.0 ms per training step here, 8.2x float32's");
   EXPECT_CONTAINS(*warning, "--set train.precision=fp32 (or auto)");
   EXPECT_FALSE(slow_precision_warning(times(Precision::kBf16Mixed, {500}), times(Precision::kFp32, {263}), hw));
+}
+
+// Issue 41: with cuDNN's benchmark mode on, the first step at each new batch searches the algorithms.
+// A fake step that takes 1,000 ms at a batch it has not seen and 1 ms a sample after: every measured
+// probe step comes after an unmeasured one at its batch, so the probes reach the run's batch of 256 at
+// the true 1 ms a sample (timing the search, they stopped at batch 8, estimating 125 ms a sample).
+TEST(PrecisionTrial, ProbesDoNotTimeTheFirstStepAtANewBatch) {
+  std::set<int64_t> seen;
+  std::vector<std::pair<int64_t, bool>> calls;  // (batch, first at it)
+  ShapeWarmStep step([&](int64_t size) {
+    const bool first = seen.insert(size).second;
+    calls.emplace_back(size, first);
+    return first ? 1000.0 : 1.0 * static_cast<double>(size);
+  });
+  TrialBounds b;
+  b.max_step_s = 2.0;
+  const TrialEstimate e = probe_trial_batches(step, 256, INFINITY, 12.0, b, torch::kCPU);
+  EXPECT_EQ(e.probe, 256);
+  EXPECT_NEAR(e.ms_per_sample, 1.0, 1e-9);
+  EXPECT_GE(e.bytes_per_sample, 12.0);
+  // Batches 2, 8, 32, 128, 256: each stepped twice, the first time unmeasured.
+  ASSERT_EQ(calls.size(), 10u);
+  for (size_t i = 0; i < calls.size(); i += 2) {
+    EXPECT_TRUE(calls[i].second) << "batch " << calls[i].first;
+    EXPECT_EQ(calls[i + 1].first, calls[i].first);
+    EXPECT_FALSE(calls[i + 1].second) << "batch " << calls[i].first;
+  }
+  // timed() at a batch never seen takes the unmeasured step itself.
+  EXPECT_EQ(step.timed(64), 64.0);
+  EXPECT_TRUE(step.warm(64));
 }
 
 class TrialTest : public ::testing::Test {

@@ -12,6 +12,10 @@
 #include "test_util.h"
 #include "trainer/sync_batchnorm.h"
 
+#ifdef STOKER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace stoker {
 namespace {
 
@@ -94,6 +98,24 @@ TEST(SyncBatchNorm, OneRankIsPlainBatchNormBitForBit) {
   });
 }
 
+// momentum: none (a cumulative average of every batch's statistics) through the synchronised path, as
+// torch's BatchNorm moves it (the factor 1 / batches seen, now computed on the device).
+TEST(SyncBatchNorm, ACumulativeAverageMovesTheRunningStatisticsAsTorchDoes) {
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({3, 8, 4, 6, 6}) * 2 + 1;
+  testing::run_ranks(1, [&](distributed::ProcessGroup& group) {
+    const auto options = torch::nn::BatchNormOptions(4).momentum(std::nullopt);
+    models::BatchNorm2d synced(options), plain(options);
+    auto collectives = group.collectives();
+    for (int64_t i = 0; i < 3; ++i) {
+      sync_batch_norm(*synced, x[i], *collectives);
+      plain->forward(x[i]);
+    }
+    EXPECT_TRUE(torch::allclose(synced->running_mean, plain->running_mean, 1e-5, 1e-6));
+    EXPECT_TRUE(torch::allclose(synced->running_var, plain->running_var, 1e-5, 1e-6));
+  });
+}
+
 TEST(SyncBatchNorm, APlainTorchBatchNormIsRefusedByName) {
   testing::run_ranks(1, [](distributed::ProcessGroup& group) {
     torch::nn::Sequential net(torch::nn::Conv2d(3, 4, 1), torch::nn::BatchNorm2d(4));
@@ -147,9 +169,43 @@ TEST(SyncBatchNormGpu, TheNcclPathIsBatchNormOnCudaTensors) {
   }, [&](int) { return gpu; });
 }
 
+// A cumulative average (momentum: none) on a GPU reads nothing from the host in the forward (issue 41:
+// it read the batch count every forward, which waits for the device): under PyTorch's sync debug mode
+// at the error level, three forwards run through, and the running statistics are torch's.
+TEST(SyncBatchNormGpu, ACumulativeAverageWaitsForNothingOnTheHost) {
+  STOKER_NEEDS_CUDA_KERNELS();
+#ifdef STOKER_WITH_CUDA
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(5);
+  const torch::Tensor x = (torch::randn({3, 8, 4, 6, 6}) * 2 + 1).to(gpu);
+  testing::run_ranks(1, [&](distributed::ProcessGroup& group) {
+    const auto options = torch::nn::BatchNormOptions(4).momentum(std::nullopt);
+    models::BatchNorm2d synced(options), plain(options);
+    synced->to(gpu);
+    plain->to(gpu);
+    auto collectives = group.collectives();
+    sync_batch_norm(*synced, x[0], *collectives);  // the first: NCCL's and cuDNN's set-up
+    plain->forward(x[0]);
+    auto& state = c10::cuda::warning_state();
+    state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    std::string error;
+    try {
+      for (int64_t i = 1; i < 3; ++i) sync_batch_norm(*synced, x[i], *collectives);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    EXPECT_EQ(error, "") << "a forward waited for the device";
+    for (int64_t i = 1; i < 3; ++i) plain->forward(x[i]);
+    EXPECT_TRUE(torch::allclose(synced->running_mean, plain->running_mean, 1e-4, 1e-5));
+    EXPECT_TRUE(torch::allclose(synced->running_var, plain->running_var, 1e-4, 1e-5));
+  }, [&](int) { return gpu; });
+#endif
+}
+
 TEST(SyncBatchNormGpu, TwoNcclRanksAreBatchNormOverBothBatches) {
   STOKER_NEEDS_CUDA();
-  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (NCCL: one per rank)";
+  STOKER_NEEDS_CUDA_DEVICES(2);
   torch::manual_seed(7);
   const torch::Tensor x = torch::randn({8, 3, 5, 4});
   models::BatchNorm2d whole(3);
