@@ -40,12 +40,7 @@ void add_stoker_entries(Registry<BatchOpType>& r) {
 }  // namespace
 
 Registry<BatchOpType>& batch_op_registry() {
-  static Registry<BatchOpType>* registry = [] {
-    auto* r = new Registry<BatchOpType>("batch operation");
-    add_stoker_entries(*r);
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<BatchOpType, add_stoker_entries>("batch operation");
 }
 
 TypedOptions make_batch_op(const std::string& type) {

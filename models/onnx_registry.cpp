@@ -46,12 +46,7 @@ void add_stoker_exporters(Registry<OnnxExporter>& r) {
 }  // namespace
 
 Registry<OnnxExporter>& onnx_exporter_registry() {
-  static Registry<OnnxExporter>* registry = [] {
-    auto* r = new Registry<OnnxExporter>("ONNX exporter");
-    add_stoker_exporters(*r);
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<OnnxExporter, add_stoker_exporters>("ONNX exporter");
 }
 
 }  // namespace stoker::models

@@ -18,7 +18,7 @@
 
 namespace stoker::models {
 
-// Built on first use and never destroyed, like the model registry.
+// Built on first use and never destroyed (common/registry.h: lazy_registry), like the model registry.
 Registry<OnnxExporter>& onnx_exporter_registry();
 
 // Registers `exporter` for modules of type `M` (the Impl class) in the process-wide registry; a

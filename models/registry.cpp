@@ -139,16 +139,7 @@ void add_stoker_models(Registry<ModelType>& r) {
 
 }  // namespace
 
-Registry<ModelType>& model_registry() {
-  // Built on first use (never destroyed), so that applications may register from static
-  // initialisers in any order.
-  static Registry<ModelType>* registry = [] {
-    auto* r = new Registry<ModelType>("model");
-    add_stoker_models(*r);
-    return r;
-  }();
-  return *registry;
-}
+Registry<ModelType>& model_registry() { return lazy_registry<ModelType, add_stoker_models>("model"); }
 
 TypedOptions model_options(const std::string& type) {
   return TypedOptions(type, model_registry().get(type).options());

@@ -68,12 +68,7 @@ const char* lr_scaling_name(LrScaling scaling) {
 }
 
 Registry<OptimizerType>& optimizer_registry() {
-  static Registry<OptimizerType>* registry = [] {
-    auto* r = new Registry<OptimizerType>("optimizer");
-    add_stoker_optimizers(*r);
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<OptimizerType, add_stoker_optimizers>("optimizer");
 }
 
 }  // namespace stoker
