@@ -7,7 +7,7 @@
 //   dataset          data::dataset_registry()          data/datasets.cpp
 //   transform        data::transform_registry()        data/transform_options.cpp
 //   model            models::model_registry()          models/registry.cpp
-//   ONNX exporter    models::onnx_exporter_registry()  models/onnx_registry.cpp
+//   ONNX exporter    models::onnx_exporter_registry()  models/registry.cpp
 //   optimizer        optimizer_registry()              optim/optimizers.cpp
 //   schedule         schedule_registry()               optim/schedule.cpp
 //   loss             loss_registry()                   trainer/losses.cpp

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "models/onnx_export.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -118,6 +119,12 @@ std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const
   out = e.child(block, "bn3", e.child(block, "conv3", out));
   const std::string shortcut = e.has_child(block, "downsample") ? e.child(block, "downsample", x) : x;
   return e.op("Relu", {e.op("Add", {out, shortcut})});
+}
+
+// The ResNet blocks' exporters (shared by the torchvision, CIFAR and compact ResNets).
+void register_blocks(FamilyRegistrar& r) {
+  r.exporter<BasicBlockImpl>(&basic_block_to_onnx);
+  r.exporter<BottleneckImpl>(&bottleneck_to_onnx);
 }
 
 }  // namespace stoker::models

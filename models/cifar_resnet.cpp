@@ -8,6 +8,7 @@
 #include "models/onnx_export.h"
 #include "models/onnx_nn.h"
 #include "models/resnet.h"  // init_resnet_weights
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -51,6 +52,13 @@ std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, cons
   std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
   for (const char* layer : {"layer1", "layer2", "layer3"}) y = e.child(net, layer, y);
   return e.child(net, "fc", onnx_flatten(e, e.child(net, "avgpool", y)));
+}
+
+// The CIFAR ResNets: the torchvision ResNets' key, head and layer groups (resnet_type).
+void register_cifar_resnet(FamilyRegistrar& r) {
+  r.model("cifar_resnet20", resnet_type(&cifar_resnet20));
+  r.model("cifar_resnet56", resnet_type(&cifar_resnet56));
+  r.exporter<CifarResNetImpl>(&cifar_resnet_to_onnx);
 }
 
 }  // namespace stoker::models

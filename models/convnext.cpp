@@ -8,6 +8,7 @@
 #include "models/init.h"
 #include "models/onnx_export.h"
 #include "models/onnx_nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -176,6 +177,39 @@ std::string convnext_to_onnx(OnnxExport& e, const ConvNextImpl& net, const std::
   // The features in order (a ModuleList handed on whole), average pooling, the classifier (its
   // LayerNorm2d, flatten, Linear).
   return e.child(net, "classifier", e.op("GlobalAveragePool", {e.child(net, "features", x)}));
+}
+
+namespace {
+
+// A ConvNeXt type: torchvision's named architecture (ConvNextOptions) or the configurable one; its
+// head `classifier` (its last norm and linear).
+template <typename Options>
+ModelType convnext_type(const std::string& name) {
+  return model_type<Options>([name](const Options& o, const ModelShape& s) {
+           ConvNextConfig config = o.config;
+           if (const std::optional<ConvNextConfig> fixed = named_convnext(name)) {
+             config = *fixed;
+             config.drop_path_rate = o.config.drop_path_rate;
+             config.layer_scale = o.config.layer_scale;
+           }
+           config.name = name;
+           return ConvNext(config, s);
+         })
+      .with_head({"classifier"})
+      .with_layers(convnext_layer_groups());
+}
+
+}  // namespace
+
+// torchvision-compatible ConvNeXts, named and configurable.
+void register_convnext(FamilyRegistrar& r) {
+  for (const char* name : {"convnext_tiny", "convnext_small", "convnext_base"}) {
+    r.model(name, convnext_type<ConvNextOptions>(name));
+  }
+  r.model("convnext", convnext_type<ConvNextCustomOptions>("convnext"));
+  r.exporter<LayerNorm2dImpl>(&layer_norm2d_to_onnx);
+  r.exporter<CNBlockImpl>(&cn_block_to_onnx);
+  r.exporter<ConvNextImpl>(&convnext_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -10,6 +10,7 @@
 #include "models/blocks.h"
 #include "models/onnx_export.h"
 #include "models/onnx_nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -151,6 +152,13 @@ std::string squeeze_excitation_to_onnx(OnnxExport& e, const SqueezeExcitationImp
 std::string inverted_residual_to_onnx(OnnxExport& e, const InvertedResidualImpl& m, const std::string& x) {
   const std::string y = e.child(m, "block", x);
   return m.residual() ? e.op("Add", {y, x}) : y;
+}
+
+// The mobile blocks' exporters (shared by EfficientNet and MobileNetV3).
+void register_mobile_blocks(FamilyRegistrar& r) {
+  r.exporter<ConvNormActivationImpl>(&conv_norm_activation_to_onnx);
+  r.exporter<SqueezeExcitationImpl>(&squeeze_excitation_to_onnx);
+  r.exporter<InvertedResidualImpl>(&inverted_residual_to_onnx);
 }
 
 }  // namespace stoker::models

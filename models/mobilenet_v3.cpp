@@ -9,6 +9,7 @@
 #include "models/mobile_blocks.h"
 #include "models/onnx_export.h"
 #include "models/onnx_nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -104,6 +105,18 @@ std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, cons
   const std::string path = e.path().empty() ? "classifier" : e.path() + ".classifier";
   const std::string hidden = onnx_hardswish(e, e.module(*classifier.named_children()["0"], path + ".0", pooled));
   return e.module(*classifier.named_children()["3"], path + ".3", hidden);
+}
+
+// torchvision-compatible MobileNetV3: drop_path_rate and dropout their keys; their head is `classifier`.
+void register_mobilenet_v3(FamilyRegistrar& r) {
+  for (const auto& [name, size] : {std::pair{"mobilenet_v3_small", MobileNetV3Size::kSmall},
+                                   std::pair{"mobilenet_v3_large", MobileNetV3Size::kLarge}}) {
+    r.model(name, model_type<MobileNetV3Options>(
+                      [size = size](const MobileNetV3Options& o, const ModelShape& s) { return MobileNetV3(size, o, s); })
+                      .with_head({"classifier"})
+                      .with_layers(mobilenet_v3_layer_groups()));
+  }
+  r.exporter<MobileNetV3Impl>(&mobilenet_v3_to_onnx);
 }
 
 }  // namespace stoker::models

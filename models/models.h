@@ -24,7 +24,6 @@
 #include "models/onnx_graph.h"
 #include "models/onnx_nn.h"
 #include "models/onnx_proto.h"
-#include "models/onnx_registry.h"
 #include "models/pickle.h"
 #include "models/pretrained.h"
 #include "models/registry.h"

@@ -2,7 +2,7 @@
 // (as torch.onnx registers a symbolic function per operator, and as models are registered by
 // name), the context an exporter writes its nodes through (OnnxExport), and export_onnx, which
 // walks a model from its root and returns the bytes of a checked ONNX model. The process-wide
-// registry, with every module type Stoker ships, is models/onnx_registry.h.
+// registry, with every module type Stoker ships, is models/registry.h's onnx_exporter_registry().
 //
 // An exporter turns one module, in eval mode, into ONNX nodes: given the graph value of its input
 // it returns the value of its output. It names its parameters and buffers (they become the graph's
@@ -17,11 +17,11 @@
 //     const std::string shortcut = e.has_child(block, name) ? e.child(block, name, x) : x;
 //     return e.op("Relu", {e.op("Add", {out, shortcut})});
 //   }
-//   add_onnx_exporter<BasicBlockImpl>(registry, &basic_block_to_onnx);  // onnx_registry.cpp
+//   r.exporter<BasicBlockImpl>(&basic_block_to_onnx);  // blocks.cpp, register_blocks
 //
-// Stoker's own modules' exporters sit beside the modules (blocks.cpp, resnet.cpp, ...), libtorch's
-// (Conv2d, BatchNorm2d, Linear, pooling, ...) in models/onnx_nn.cpp; models/onnx_registry.cpp
-// registers them all, one line each, and an application registers its own with
+// Stoker's own modules' exporters sit beside the modules and are registered there, one line each, in
+// their family's register_<family> (models/registry.h, FamilyRegistrar); libtorch's (Conv2d,
+// BatchNorm2d, Linear, pooling, ...) are in models/onnx_nn.cpp. An application registers its own with
 // register_onnx_exporter. A module type without an exporter (an application's own) is a
 // stoker::Error naming its path and type and how to register one (docs/trainer.md, "Adding an ONNX
 // exporter").
@@ -73,7 +73,7 @@ void add_onnx_exporter(Registry<OnnxExporter>& registry,
 // the export's settings.
 class OnnxExport {
  public:
-  // Exports into `graph` with the exporters of `exporters` (onnx_registry.h: the process-wide ones).
+  // Exports into `graph` with the exporters of `exporters` (models/registry.h: the process-wide ones).
   OnnxExport(OnnxGraph& graph, const Registry<OnnxExporter>& exporters, int64_t opset, std::string what);
 
   // The child `name` of `parent` (its registered name: "conv1", "layer1", "0") exported on `input`.
@@ -132,7 +132,7 @@ struct OnnxExportOptions {
 // graph casts after the input and before the output, so callers feed and read float32 either way).
 // Conv + BatchNormalization pairs are folded. Returns the model's bytes after ONNX's checker and
 // shape inference passed (onnx_proto.h). Each module is exported by `exporters`' entry for its type
-// (onnx_exporter_registry(), onnx_registry.h, holds Stoker's and libtorch's). `folded`, when given,
+// (onnx_exporter_registry(), models/registry.h, holds Stoker's and libtorch's). `folded`, when given,
 // receives the count of folded batch norms.
 std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& options,
                         const Registry<OnnxExporter>& exporters, int64_t* folded = nullptr);

@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/batch_norm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -178,14 +177,13 @@ std::string gelu(OnnxExport& e, const nn::GELUImpl& g, const std::string& x) {
 
 }  // namespace
 
+std::string onnx_batch_norm2d(OnnxExport& e, const torch::nn::BatchNorm2dImpl& bn, const std::string& x) {
+  return batch_norm2d(e, bn, x);
+}
+
 void add_torch_nn_exporters(Registry<OnnxExporter>& r) {
   add_onnx_exporter<nn::Conv2dImpl>(r, &conv2d);
   add_onnx_exporter<nn::BatchNorm2dImpl>(r, &batch_norm2d);
-  // Stoker's models build theirs as models::BatchNorm2d (torch's, with a hook for SyncBatchNorm): in
-  // eval mode, which an export is, the same forward.
-  add_onnx_exporter<BatchNorm2dImpl>(r, [](OnnxExport& e, const BatchNorm2dImpl& bn, const std::string& x) {
-    return batch_norm2d(e, bn, x);
-  });
   add_onnx_exporter<nn::LinearImpl>(r, &linear);
   add_onnx_exporter<nn::MaxPool2dImpl>(r, &max_pool2d);
   add_onnx_exporter<nn::AvgPool2dImpl>(r, &avg_pool2d);

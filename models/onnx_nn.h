@@ -11,13 +11,19 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/modules/batchnorm.h>
+
 #include "common/registry.h"
 #include "models/onnx_export.h"
 
 namespace stoker::models {
 
-// Adds the exporters of libtorch's modules above to `registry` (onnx_registry.cpp does, once).
+// Adds the exporters of libtorch's modules above to `registry` (models/registry.cpp does, once).
 void add_torch_nn_exporters(Registry<OnnxExporter>& registry);
+
+// torch::nn::BatchNorm2d's exporter (for a module derived from it: models::BatchNorm2d): a
+// BatchNormalization on the running statistics.
+std::string onnx_batch_norm2d(OnnxExport& e, const torch::nn::BatchNorm2dImpl& bn, const std::string& x);
 
 // torch::flatten(x, 1) of a tensor of any rank: [N, ...] -> [N, product of the rest].
 std::string onnx_flatten(OnnxExport& e, const std::string& x);

@@ -23,11 +23,13 @@
 #include "models/batch_norm.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/options.h"
 #include "models/layer_groups.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 
@@ -48,6 +50,17 @@ void init_resnet_weights(torch::nn::Module& model);
 // The layers of the torchvision-layout and CIFAR ResNets for optimizer.layer_decay: timm's
 // ResNet.group_matcher(coarse=False): the stem (conv1, bn1), then each block layer<i>.<j>, then fc.
 std::vector<LayerGroup> resnet_layer_groups();
+
+// The model type of a ResNet that `build` makes from the data's classes and channels: stochastic depth
+// its one key (ResNetOptions), its head `fc`, its layers resnet_layer_groups(). torchvision's ResNets
+// (resnet.cpp) and the CIFAR ones (cifar_resnet.cpp) register theirs with it.
+ModelType resnet_type(std::function<torch::nn::AnyModule(int64_t num_classes, int64_t in_channels)> build);
+template <typename Module>
+ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels)) {
+  return resnet_type([build](int64_t num_classes, int64_t in_channels) {
+    return torch::nn::AnyModule(build(num_classes, in_channels));
+  });
+}
 
 enum class ResNetBlock { basic, bottleneck };
 

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "models/file_kind.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace fs = std::filesystem;
@@ -171,6 +172,15 @@ torch::Tensor TorchScriptModelImpl::forward(const torch::Tensor& x) {
                path_, fmt::join(logits.sizes(), ", "), x.size(0), num_classes_, x.size(0), num_classes_, num_classes_,
                num_classes_);
   return logits;
+}
+
+// Any network scripted in Python: model.path; its head and layers are its own keys (head_keys,
+// layer_groups are unknown to the type).
+void register_torchscript_model(FamilyRegistrar& r) {
+  r.model("torchscript", model_type<TorchScriptOptions>([](const TorchScriptOptions& o, const ModelShape& shape) {
+            o.check();
+            return TorchScriptModel(o.path, shape.num_classes);
+          }));
 }
 
 }  // namespace stoker::models

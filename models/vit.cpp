@@ -11,6 +11,7 @@
 #include "models/init.h"
 #include "models/onnx_export.h"
 #include "models/onnx_nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -288,6 +289,45 @@ std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const s
   const std::string cls_index = e.constant("cls_index", torch::tensor(int64_t{0}));
   const std::string first = e.op("Gather", {encoded, cls_index}, {{"axis", int64_t{1}}});
   return e.child(vit, "heads", first);
+}
+
+namespace {
+
+// A ViT type: torchvision's named architecture (VitOptions) or the configurable one (VitCustomOptions);
+// its image_size resolved from a square input; its head `heads`.
+template <typename Options>
+ModelType vit_type(const std::string& name) {
+  ModelType type = model_type<Options>([name](const Options& o, const ModelShape& s) {
+    VitConfig config = o.config;
+    if (const std::optional<VitConfig> fixed = named_vit(name)) {
+      config = *fixed;
+      config.image_size = o.config.image_size;
+      config.dropout = o.config.dropout;
+      config.attention_dropout = o.config.attention_dropout;
+      config.drop_path_rate = o.config.drop_path_rate;
+    }
+    config.name = name;
+    return VisionTransformer(config, s);
+  });
+  type.resolve = [](TypeOptions& own, const ModelShape& s) {
+    int64_t& image_size = dynamic_cast<Options&>(own).config.image_size;
+    if (image_size == 0 && s.height > 0 && s.height == s.width) image_size = s.height;
+  };
+  // model.pretrained for another input size: its position embedding resized to the model's grid.
+  type.adapt_pretrained = resize_pretrained_position_embedding;
+  return type.with_head({"heads"}).with_layers(vit_layer_groups());
+}
+
+}  // namespace
+
+// torchvision-compatible ViTs, named and configurable.
+void register_vit(FamilyRegistrar& r) {
+  for (const char* name : {"vit_b_16", "vit_b_32", "vit_l_16"}) r.model(name, vit_type<VitOptions>(name));
+  r.model("vit", vit_type<VitCustomOptions>("vit"));
+  r.exporter<SelfAttentionImpl>(&self_attention_to_onnx);
+  r.exporter<EncoderBlockImpl>(&encoder_block_to_onnx);
+  r.exporter<EncoderImpl>(&encoder_to_onnx);
+  r.exporter<VisionTransformerImpl>(&vit_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -18,7 +18,7 @@
 #include "data/transform_options.h"
 #include "models/onnx_export.h"
 #include "models/onnx_proto.h"
-#include "models/onnx_registry.h"
+#include "models/registry.h"
 #include "models/state_dict.h"
 #include "models/torchscript.h"
 #include "models/torchscript_model.h"

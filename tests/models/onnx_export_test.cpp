@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "models/onnx_proto.h"
-#include "models/onnx_registry.h"
+#include "models/registry.h"
 #include "models/registry.h"
 #include "test_util.h"
 
