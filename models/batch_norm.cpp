@@ -3,7 +3,7 @@
 
 #include <torch/torch.h>
 
-#include "models/onnx_nn.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -28,7 +28,7 @@ BatchNorms find_batch_norms(torch::nn::Module& model) {
 
 // In eval mode, which an export is, torch's BatchNorm2d's forward and so its exporter.
 void register_batch_norm(FamilyRegistrar& r) {
-  r.exporter<BatchNorm2dImpl>([](OnnxExport& e, const BatchNorm2dImpl& bn, const std::string& x) {
+  r.exporter<BatchNorm2dImpl>([](onnx::OnnxExport& e, const BatchNorm2dImpl& bn, const std::string& x) {
     return onnx_batch_norm2d(e, bn, x);
   });
 }

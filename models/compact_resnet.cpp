@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -65,7 +65,7 @@ torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
 }
 
-std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
+std::string compact_resnet_to_onnx(onnx::OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
   return e.child(net, "classifier", e.child(net, "dropout", e.child(net, "features", x)));
 }
 

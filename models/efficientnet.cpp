@@ -10,8 +10,8 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -120,7 +120,7 @@ std::vector<LayerGroup> efficientnet_layer_groups() {
           {"blocks", {{"^features\\.8\\.", {kMatchPrevious}}, {"^features\\.(\\d+)\\.(\\d+)\\."}}}};
 }
 
-std::string efficientnet_to_onnx(OnnxExport& e, const EfficientNetImpl& net, const std::string& x) {
+std::string efficientnet_to_onnx(onnx::OnnxExport& e, const EfficientNetImpl& net, const std::string& x) {
   // The features in order (a ModuleList handed on whole), average pooling, the classifier.
   const std::string pooled = e.op("GlobalAveragePool", {e.child(net, "features", x)});
   return e.child(net, "classifier", onnx_flatten(e, pooled));

@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -43,7 +43,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return layers->forward(pooled.flatten(1));
 }
 
-std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x) {
+std::string mlp_to_onnx(onnx::OnnxExport& e, const MlpImpl& net, const std::string& x) {
   const std::string pooled = onnx_adaptive_avg_pool2d(e, x, net.pool(), net.pool());
   return e.child(net, "layers", onnx_flatten(e, pooled));
 }

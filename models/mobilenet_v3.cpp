@@ -7,8 +7,8 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -98,7 +98,7 @@ std::vector<LayerGroup> mobilenet_v3_layer_groups() {
   return {{"stem", {{"^features\\.0\\."}}}, {"blocks", {{"^features\\.(\\d+)\\."}}}};
 }
 
-std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
+std::string mobilenet_v3_to_onnx(onnx::OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
   const std::string pooled = onnx_flatten(e, e.op("GlobalAveragePool", {e.child(net, "features", x)}));
   // classifier: 0 Linear, 1 hard swish (a Functional, written here), 2 Dropout (the identity), 3 Linear.
   const torch::nn::Module& classifier = *net.named_children()["classifier"];

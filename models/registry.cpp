@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/nn.h"
 
 namespace stoker::models {
 
@@ -28,8 +28,8 @@ void register_families(FamilyRegistrar r) {
 void add_stoker_models(Registry<ModelType>& r) { register_families(FamilyRegistrar(&r, nullptr)); }
 
 // libtorch's modules first (they cannot sit beside their modules), then each family's.
-void add_stoker_exporters(Registry<OnnxExporter>& r) {
-  add_torch_nn_exporters(r);
+void add_stoker_exporters(Registry<onnx::OnnxExporter>& r) {
+  onnx::add_torch_nn_exporters(r);
   register_families(FamilyRegistrar(nullptr, &r));
 }
 
@@ -37,8 +37,8 @@ void add_stoker_exporters(Registry<OnnxExporter>& r) {
 
 Registry<ModelType>& model_registry() { return lazy_registry<ModelType, add_stoker_models>("model"); }
 
-Registry<OnnxExporter>& onnx_exporter_registry() {
-  return lazy_registry<OnnxExporter, add_stoker_exporters>("ONNX exporter");
+Registry<onnx::OnnxExporter>& onnx_exporter_registry() {
+  return lazy_registry<onnx::OnnxExporter, add_stoker_exporters>("ONNX exporter");
 }
 
 TypedOptions model_options(const std::string& type) {

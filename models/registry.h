@@ -15,9 +15,9 @@
 #include "common/options.h"
 #include "common/registry.h"
 #include "models/layer_groups.h"
-#include "models/onnx_export.h"
-#include "models/pretrained.h"
+#include "models/onnx/export.h"
 #include "models/shape.h"
+#include "models/weights/pretrained.h"
 
 namespace stoker::models {
 
@@ -39,15 +39,15 @@ struct ModelType {
   OptionsMaker options = options_of<NoOptions>();
   ModelFactory create;
   ModelResolver resolve = nullptr;
-  // Its classifier head, as key patterns (models/key_pattern.h; the ResNets: {"fc"}): re-initialised
+  // Its classifier head, as key patterns (models/weights/key_pattern.h; the ResNets: {"fc"}): re-initialised
   // when model.pretrained's head is for another number of classes, trained at optimizer.head_lr_scale.
   std::vector<std::string> head_keys = {};
   // Its layers for optimizer.layer_decay (models/layer_groups.h: timm's group_matcher); none: the
   // type cannot take layer_decay.
   std::vector<LayerGroup> layer_groups = {};
-  // What model.pretrained's tensors need before they fit (models/pretrained.h; a ViT's position
+  // What model.pretrained's tensors need before they fit (models/weights/pretrained.h; a ViT's position
   // embedding for another grid); null: nothing.
-  PretrainedAdapter adapt_pretrained = nullptr;
+  weights::PretrainedAdapter adapt_pretrained = nullptr;
 
   ModelType with_head(std::vector<std::string> keys) const {
     ModelType t = *this;
@@ -85,7 +85,7 @@ ModelType model_type(Build build) {
 //   }
 class FamilyRegistrar {
  public:
-  FamilyRegistrar(Registry<ModelType>* models, Registry<OnnxExporter>* exporters)
+  FamilyRegistrar(Registry<ModelType>* models, Registry<onnx::OnnxExporter>* exporters)
       : models_(models), exporters_(exporters) {}
 
   void model(const std::string& name, ModelType type) {
@@ -93,13 +93,13 @@ class FamilyRegistrar {
   }
   // The exporter of modules of type `M` (the Impl class).
   template <typename M>
-  void exporter(std::function<std::string(OnnxExport&, const M&, const std::string&)> exporter) {
-    if (exporters_ != nullptr) add_onnx_exporter<M>(*exporters_, std::move(exporter));
+  void exporter(std::function<std::string(onnx::OnnxExport&, const M&, const std::string&)> exporter) {
+    if (exporters_ != nullptr) onnx::add_onnx_exporter<M>(*exporters_, std::move(exporter));
   }
 
  private:
   Registry<ModelType>* models_;
-  Registry<OnnxExporter>* exporters_;
+  Registry<onnx::OnnxExporter>* exporters_;
 };
 
 // The process-wide model registry, with Stoker's own models already in it. Applications add theirs
@@ -107,19 +107,19 @@ class FamilyRegistrar {
 // `model.type: my_net` (and set their keys beside it).
 Registry<ModelType>& model_registry();
 
-// The process-wide ONNX exporter registry (models/onnx_export.h), by module type, with every module
-// type Stoker ships in it: libtorch's (models/onnx_nn.h) and each family's. An application adds its
+// The process-wide ONNX exporter registry (models/onnx/export.h), by module type, with every module
+// type Stoker ships in it: libtorch's (models/onnx/nn.h) and each family's. An application adds its
 // own module types' once, before `trainer export --format onnx` or export_onnx:
 //   stoker::models::register_onnx_exporter<MyBlockImpl>(
-//       [](OnnxExport& e, const MyBlockImpl& m, const std::string& x) { return e.op("Relu", {x}); });
-//   std::string bytes = export_onnx(model, options, stoker::models::onnx_exporter_registry());
-Registry<OnnxExporter>& onnx_exporter_registry();
+//       [](onnx::OnnxExport& e, const MyBlockImpl& m, const std::string& x) { return e.op("Relu", {x}); });
+//   std::string bytes = stoker::models::onnx::export_onnx(model, options, stoker::models::onnx_exporter_registry());
+Registry<onnx::OnnxExporter>& onnx_exporter_registry();
 
 // Registers `exporter` for modules of type `M` (the Impl class) in the process-wide registry; a
 // second exporter for one type is refused.
 template <typename M>
-void register_onnx_exporter(std::function<std::string(OnnxExport&, const M&, const std::string&)> exporter) {
-  add_onnx_exporter<M>(onnx_exporter_registry(), std::move(exporter));
+void register_onnx_exporter(std::function<std::string(onnx::OnnxExport&, const M&, const std::string&)> exporter) {
+  onnx::add_onnx_exporter<M>(onnx_exporter_registry(), std::move(exporter));
 }
 
 // The default options of a registered model type (what `model: {type: T}` reads as).

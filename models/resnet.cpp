@@ -5,8 +5,8 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -74,7 +74,7 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& x) {
   return fc(torch::flatten(avgpool(y), 1));
 }
 
-std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x) {
+std::string resnet_to_onnx(onnx::OnnxExport& e, const ResNetImpl& net, const std::string& x) {
   std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
   y = e.child(net, "maxpool", y);
   for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) y = e.child(net, layer, y);

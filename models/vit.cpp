@@ -9,8 +9,8 @@
 #include "common/error.h"
 #include "models/blocks.h"
 #include "models/init.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
 #include "models/registry.h"
 
 namespace stoker::models {
@@ -237,7 +237,7 @@ void resize_pretrained_position_embedding(const torch::nn::Module& model,
   }
 }
 
-std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x) {
+std::string self_attention_to_onnx(onnx::OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x) {
   const int64_t dim = attention.in_proj_weight.size(1), heads = attention.heads(), head_dim = dim / heads;
   // [N, L, dim] -> q, k, v as [N, heads, L, head_dim], then softmax(q k^T / sqrt(head_dim)) v.
   std::string qkv = e.op("MatMul", {x, e.constant("in_proj_weight_t", attention.in_proj_weight.t().contiguous())});
@@ -256,19 +256,19 @@ std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& atten
   return e.child(attention, "out_proj", out);
 }
 
-std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x) {
+std::string encoder_block_to_onnx(onnx::OnnxExport& e, const EncoderBlockImpl& block, const std::string& x) {
   // Dropout and stochastic depth are the identity in eval mode.
   const std::string h = e.op("Add", {x, e.child(block, "self_attention", e.child(block, "ln_1", x))});
   return e.op("Add", {h, e.child(block, "mlp", e.child(block, "ln_2", h))});
 }
 
-std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
+std::string encoder_to_onnx(onnx::OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
   // The tokens of the grid the position embedding is for (vit_to_onnx checks the input size).
   const std::string y = e.op("Add", {x, e.param("pos_embedding")});
   return e.child(encoder, "ln", e.child(encoder, "layers", y));
 }
 
-std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
+std::string vit_to_onnx(onnx::OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
   const int64_t dim = vit.config().hidden_dim, patch = vit.config().patch_size;
   const std::vector<int64_t> dims = e.shape(x);
   const std::array<int64_t, 2> grid = vit.grid();

@@ -1,6 +1,6 @@
-// ONNX export of a module tree (models/onnx_export.h): the context exporters write through, and
+// ONNX export of a module tree (models/onnx/export.h): the context exporters write through, and
 // export_onnx.
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
 
 #include <c10/util/Type.h>
 #include <fmt/format.h>
@@ -8,9 +8,9 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/onnx_proto.h"
+#include "models/onnx/proto.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 namespace {
 
 // Puts a module back in the mode it had, whatever happens.
@@ -174,4 +174,4 @@ std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& o, co
   return serialize_onnx_model(g, info);
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -21,11 +21,11 @@
 //
 // Stoker's own modules' exporters sit beside the modules and are registered there, one line each, in
 // their family's register_<family> (models/registry.h, FamilyRegistrar); libtorch's (Conv2d,
-// BatchNorm2d, Linear, pooling, ...) are in models/onnx_nn.cpp. An application registers its own with
+// BatchNorm2d, Linear, pooling, ...) are in models/onnx/nn.cpp. An application registers its own with
 // register_onnx_exporter. A module type without an exporter (an application's own) is a
 // stoker::Error naming its path and type and how to register one (docs/trainer.md, "Adding an ONNX
 // exporter").
-// Convolutions followed by batch norms are written plainly and folded afterwards (onnx_graph.h).
+// Convolutions followed by batch norms are written plainly and folded afterwards (models/onnx/graph.h).
 #pragma once
 
 #include <cstdint>
@@ -39,9 +39,9 @@
 #include <torch/nn/module.h>
 
 #include "common/registry.h"
-#include "models/onnx_graph.h"
+#include "models/onnx/graph.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 
 class OnnxExport;
 
@@ -131,10 +131,10 @@ struct OnnxExportOptions {
 // `input_name` [N, C, H, W] float32, output `output_name` [N, classes] float32 (with kFloat16 the
 // graph casts after the input and before the output, so callers feed and read float32 either way).
 // Conv + BatchNormalization pairs are folded. Returns the model's bytes after ONNX's checker and
-// shape inference passed (onnx_proto.h). Each module is exported by `exporters`' entry for its type
+// shape inference passed (models/onnx/proto.h). Each module is exported by `exporters`' entry for its type
 // (onnx_exporter_registry(), models/registry.h, holds Stoker's and libtorch's). `folded`, when given,
 // receives the count of folded batch norms.
 std::string export_onnx(torch::nn::Module& model, const OnnxExportOptions& options,
                         const Registry<OnnxExporter>& exporters, int64_t* folded = nullptr);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

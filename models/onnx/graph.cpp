@@ -1,5 +1,5 @@
-// An ONNX graph under construction and its passes (models/onnx_graph.h).
-#include "models/onnx_graph.h"
+// An ONNX graph under construction and its passes (models/onnx/graph.h).
+#include "models/onnx/graph.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 
 const OnnxAttribute* OnnxNode::attribute(const std::string& wanted) const {
   for (const OnnxAttribute& a : attributes) {
@@ -164,4 +164,4 @@ void to_float16(OnnxGraph& graph, const std::set<std::string>& keep) {
   for (const auto& [name, t] : converted) graph.set_initializer(name, t);
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -2,8 +2,8 @@
 // nodes in execution order, the initializers (weights, as CPU tensors, by name), the graph's inputs
 // and outputs; and the passes the exporter runs on it before it is written: fold_batch_norms (a
 // BatchNormalization after a Conv folded into the Conv's weights and bias) and to_float16 (the
-// weights in half precision). models/onnx_proto.h turns it into an onnx::ModelProto, checks it and
-// infers its shapes; models/onnx_export.h builds it from a module tree.
+// weights in half precision). models/onnx/proto.h turns it into an onnx::ModelProto, checks it and
+// infers its shapes; models/onnx/export.h builds it from a module tree.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include <torch/types.h>
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 
 // One attribute of a node: an integer, a float, a string, or a list of integers or floats.
 struct OnnxAttribute {
@@ -84,4 +84,4 @@ int64_t fold_batch_norms(OnnxGraph& graph);
 // is a stoker::Error naming the initializer.
 void to_float16(OnnxGraph& graph, const std::set<std::string>& keep);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -1,5 +1,5 @@
-// The ONNX exporters of libtorch's modules (models/onnx_nn.h).
-#include "models/onnx_nn.h"
+// The ONNX exporters of libtorch's modules (models/onnx/nn.h).
+#include "models/onnx/nn.h"
 
 #include <cmath>
 
@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 namespace nn = torch::nn;
 namespace {
 
@@ -209,4 +209,4 @@ void add_torch_nn_exporters(Registry<OnnxExporter>& r) {
   add_onnx_exporter<nn::GELUImpl>(r, &gelu);
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -14,9 +14,9 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include "common/registry.h"
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 
 // Adds the exporters of libtorch's modules above to `registry` (models/registry.cpp does, once).
 void add_torch_nn_exporters(Registry<OnnxExporter>& registry);
@@ -46,4 +46,4 @@ std::string onnx_scalar(OnnxExport& e, const std::string& name, double value);
 // A 1-D int64 constant (a shape, an axis list, an index) of the module being exported.
 std::string onnx_ints(OnnxExport& e, const std::string& name, const std::vector<int64_t>& values);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -1,4 +1,4 @@
-// OnnxGraph (models/onnx_graph.h) to and from ONNX's own protobuf classes (Debian's libonnx-dev):
+// OnnxGraph (models/onnx/graph.h) to and from ONNX's own protobuf classes (Debian's libonnx-dev):
 // the bytes of a checked onnx::ModelProto, ONNX's shape inference on a graph under construction,
 // and what a written file holds. The only file of Stoker that sees protobuf; this header does not,
 // so the rest of the tree compiles without ONNX's headers.
@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "models/onnx_graph.h"
+#include "models/onnx/graph.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 
 // What a model file says besides its graph.
 struct OnnxModelInfo {
@@ -57,4 +57,4 @@ struct OnnxModelSummary {
 // `what` when they are no valid model.
 OnnxModelSummary read_onnx_model(const std::string& bytes, const std::string& what);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

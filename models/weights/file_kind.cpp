@@ -1,5 +1,5 @@
-// What a file holds, from its first bytes (models/file_kind.h).
-#include "models/file_kind.h"
+// What a file holds, from its first bytes (models/weights/file_kind.h).
+#include "models/weights/file_kind.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace fs = std::filesystem;
 
 namespace {
@@ -83,4 +83,4 @@ FileDescription describe_file(const fs::path& file) {
   return {FileKind::kOther, fmt::format("a file of {} bytes in no format Stoker knows", size)};
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 enum class FileKind {
   kMissing,      // no such file (or not a regular file)
@@ -26,4 +26,4 @@ struct FileDescription {
 
 FileDescription describe_file(const std::filesystem::path& file);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

@@ -1,9 +1,9 @@
-// Patterns over state-dict keys (models/key_pattern.h).
-#include "models/key_pattern.h"
+// Patterns over state-dict keys (models/weights/key_pattern.h).
+#include "models/weights/key_pattern.h"
 
 #include <fmt/format.h>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 
 // Whether the glob `p` matches all of `s` (`*`: any run, `?`: one character), iteratively with
@@ -68,4 +68,4 @@ std::string list_some(const std::vector<std::string>& items, size_t shown) {
   return out;
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

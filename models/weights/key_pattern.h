@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 // Whether `pattern` matches `key` (as a whole, or a whole dotted prefix of it).
 bool key_matches(const std::string& pattern, const std::string& key);
@@ -27,4 +27,4 @@ std::vector<std::string> unmatched_patterns(const std::vector<std::string>& patt
 // At most `shown` items joined with ", ", then "and N more" (for errors listing keys).
 std::string list_some(const std::vector<std::string>& items, size_t shown = 10);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

@@ -1,6 +1,6 @@
-// The unpickler of models/pickle.h: a stack, marks and a memo, and one small handler per opcode
+// The unpickler of models/weights/pickle.h: a stack, marks and a memo, and one small handler per opcode
 // family, found through a table indexed by the opcode.
-#include "models/pickle.h"
+#include "models/weights/pickle.h"
 
 #include <array>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <fmt/format.h>
 
-namespace stoker::models::pickle {
+namespace stoker::models::weights::pickle {
 namespace {
 
 std::vector<int64_t> int_tuple(const c10::IValue& v) {
@@ -425,4 +425,4 @@ c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoad
   }
 }
 
-}  // namespace stoker::models::pickle
+}  // namespace stoker::models::weights::pickle

@@ -8,7 +8,7 @@
 // torch.jit._pickle.restore_type_tag; BUILD only on a dict (an OrderedDict's _metadata, dropped).
 // Anything else (a pickled module, a custom class) is refused, naming the opcode or the global, or
 // in lenient mode kept as an opaque placeholder (see unpickle).
-// models/torch_save.h wraps it in torch.save's zip file and writes the pickles this reads.
+// models/weights/torch_save.h wraps it in torch.save's zip file and writes the pickles this reads.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 
 #include <ATen/core/ivalue.h>
 
-namespace stoker::models::pickle {
+namespace stoker::models::weights::pickle {
 
 // The opcodes a state dict uses (Python's Lib/pickletools.py documents each).
 namespace op {
@@ -60,4 +60,4 @@ inline constexpr const char* kOpaqueClassKey = "\x01class";
 c10::IValue unpickle(const uint8_t* begin, const uint8_t* end, const StorageLoader& load_storage,
                      bool lenient = false);
 
-}  // namespace stoker::models::pickle
+}  // namespace stoker::models::weights::pickle

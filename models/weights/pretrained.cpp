@@ -1,5 +1,5 @@
-// Fitting pretrained weights into a model (models/pretrained.h).
-#include "models/pretrained.h"
+// Fitting pretrained weights into a model (models/weights/pretrained.h).
+#include "models/weights/pretrained.h"
 
 #include <algorithm>
 #include <map>
@@ -9,10 +9,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/key_pattern.h"
-#include "models/state_dict.h"
+#include "models/weights/key_pattern.h"
+#include "models/weights/state_dict.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
@@ -151,4 +151,4 @@ PretrainedFit fit_pretrained(torch::nn::Module& model, NamedTensors tensors, con
   return fit;
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

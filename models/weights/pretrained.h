@@ -23,14 +23,14 @@
 #include <torch/nn/module.h>
 
 #include "common/options.h"
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 // model.pretrained, model.pretrained_skip, model.pretrained_rename.
 struct PretrainedOptions {
   std::string file;                // empty: no pretrained weights
-  std::vector<std::string> skip;   // key patterns (models/key_pattern.h) left as built
+  std::vector<std::string> skip;   // key patterns (models/weights/key_pattern.h) left as built
   StringPairs rename;              // prefix -> prefix, e.g. {"backbone.", ""}
 };
 
@@ -53,4 +53,4 @@ PretrainedFit fit_pretrained(torch::nn::Module& model, NamedTensors tensors, con
                              const std::vector<std::string>& head_keys, const std::string& source,
                              const std::string& what, const PretrainedAdapter& adapt = nullptr);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

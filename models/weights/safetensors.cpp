@@ -1,5 +1,5 @@
-// Reading and writing safetensors files (models/safetensors.h).
-#include "models/safetensors.h"
+// Reading and writing safetensors files (models/weights/safetensors.h).
+#include "models/weights/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
@@ -195,4 +195,4 @@ std::string safetensors_bytes(const NamedTensors& tensors, const std::map<std::s
   return out;
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

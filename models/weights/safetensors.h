@@ -5,7 +5,7 @@
 //
 // Written here with nlohmann-json because the format is that small and the safetensors library is
 // Rust (its C bindings are not packaged); the tests check the reader against Python's `safetensors`
-// package (tests/models/safetensors_test.cpp). Every check the format's specification asks for is
+// package (tests/models/weights/safetensors_test.cpp). Every check the format's specification asks for is
 // made, so that a truncated or hostile file is an error naming the file and the tensor, never a read
 // outside it: the header's length and JSON, each entry's dtype, shape and offsets (within the data,
 // the size of its shape, no overlaps, no gaps), the file's length.
@@ -15,9 +15,9 @@
 #include <map>
 #include <string>
 
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 // Every tensor of a safetensors file, in the header's order, on the CPU. Throws stoker::Error
 // naming the file and what is wrong.
@@ -27,4 +27,4 @@ NamedTensors read_safetensors(const std::filesystem::path& file);
 // `metadata` as its __metadata__ (omitted when empty). Python's safetensors.torch.load_file reads it.
 std::string safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

@@ -1,5 +1,5 @@
-// Saving and strictly loading a module's state dict (models/state_dict.h).
-#include "models/state_dict.h"
+// Saving and strictly loading a module's state dict (models/weights/state_dict.h).
+#include "models/weights/state_dict.h"
 
 #include <torch/torch.h>
 
@@ -12,7 +12,7 @@
 #include "common/atomic_write.h"
 #include "common/error.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace fs = std::filesystem;
 
 namespace {
@@ -109,4 +109,4 @@ void load_state_dict(torch::nn::Module& model, const fs::path& file) {
   for (const auto& [key, target] : targets) target.copy_(loaded.at(key));
 }
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

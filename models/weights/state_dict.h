@@ -1,6 +1,6 @@
 // Moving a module's weights between Stoker and Python: save_state_dict writes a file that
 // Python's torch.load reads and load_state_dict(strict=True) accepts; load_state_dict reads
-// torch.save(model.state_dict(), file). The file format itself is models/torch_save.h.
+// torch.save(model.state_dict(), file). The file format itself is models/weights/torch_save.h.
 //
 // Keys are the module's dotted parameter and buffer names, in state_dict() order; Stoker's
 // torchvision-layout ResNets (models/resnet.h) name theirs exactly as torchvision does, so weights
@@ -11,9 +11,9 @@
 
 #include <torch/nn/module.h>
 
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 // Every parameter and buffer of `model` under its dotted name, in torch's state_dict() order
 // (module by module: its own parameters, then its own buffers).
@@ -33,4 +33,4 @@ void save_state_dict(torch::nn::Module& model, const std::filesystem::path& file
 // file and the offending key(s) otherwise; the model is left unchanged when it throws.
 void load_state_dict(torch::nn::Module& model, const std::filesystem::path& file);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

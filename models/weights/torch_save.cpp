@@ -1,7 +1,7 @@
-// The torch.save zip file of a dict of tensors (models/torch_save.h): the pickler that writes
-// what Python's torch.save writes for a plain dict, and the reading side around models/pickle.h's
+// The torch.save zip file of a dict of tensors (models/weights/torch_save.h): the pickler that writes
+// what Python's torch.save writes for a plain dict, and the reading side around models/weights/pickle.h's
 // unpickler: the zip archive, the byte order and the storage records.
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
@@ -13,9 +13,9 @@
 #include <memory>
 
 #include "common/error.h"
-#include "models/pickle.h"
+#include "models/weights/pickle.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace fs = std::filesystem;
 namespace op = pickle::op;
 
@@ -242,4 +242,4 @@ c10::IValue read_torch_save(std::istream& in, const std::string& name, bool leni
 }
 
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

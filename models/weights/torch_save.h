@@ -3,10 +3,10 @@
 // Hand-written on purpose: no C++ library reads Python's pickled collections.OrderedDict.
 // libtorch's torch::pickle_load turns an OrderedDict into None, and torch::pickle_save tags its
 // dict with a torch.jit._pickle.restore_type_tag call that Python's torch.load refuses unless
-// weights_only=False. So the pickle is written here, by hand, and read by models/pickle.h's
+// weights_only=False. So the pickle is written here, by hand, and read by models/weights/pickle.h's
 // unpickler; the zip container is libtorch's own (caffe2::serialize::PyTorchStreamReader/Writer).
 //
-// It knows no model: models/state_dict.h maps modules onto it. It lives in models/ because
+// It knows no model: models/weights/state_dict.h maps modules onto it. It lives in models/ because
 // exchanging weights with Python is part of what models/ owns; a checkpoint format in trainer/
 // could use it as it is.
 #pragma once
@@ -20,7 +20,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/Tensor.h>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -34,10 +34,10 @@ std::string torch_save_bytes(const NamedTensors& tensors);
 // with tensors (on the CPU, viewing the file's storages) as values. Reads containers, numbers,
 // strings, tensors and parameters; anything else (a pickled module, a custom class) is refused.
 // Throws stoker::Error naming the file, what is wrong and how to save it instead.
-// `lenient`: objects of other classes are kept as placeholders (models/pickle.h unpickle), so that
+// `lenient`: objects of other classes are kept as placeholders (models/weights/pickle.h unpickle), so that
 // the state dict inside a training checkpoint (timm's, Lightning's) can be found.
 c10::IValue read_torch_save(const std::filesystem::path& file, bool lenient = false);
 // The same, from the bytes of such a file in `in`; `name` stands for the file in messages.
 c10::IValue read_torch_save(std::istream& in, const std::string& name, bool lenient = false);
 
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

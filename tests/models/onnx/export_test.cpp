@@ -1,19 +1,18 @@
-// ONNX export of module trees (models/onnx_export.h), checked with ONNX's own classes (no runtime:
+// ONNX export of module trees (models/onnx/export.h), checked with ONNX's own classes (no runtime:
 // tests/recipe/export_onnx_test.cpp runs the files in ONNX Runtime): every registered model exports
 // to a graph ONNX's checker accepts, with its batch norms folded and its output shape; the options
 // (opset, batch, normalisation, float16, metadata) show in the file; a module type without an
 // exporter is an error that names it and how to register one, after which it exports.
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/onnx_proto.h"
-#include "models/registry.h"
+#include "models/onnx/proto.h"
 #include "models/registry.h"
 #include "test_util.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 namespace {
 
 OnnxExportOptions options_for(int64_t channels, int64_t size) {
@@ -124,9 +123,9 @@ TEST(OnnxExport, AnUnknownModuleTypeNamesItselfAndHowToRegisterAnExporter) {
                               torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(4, 10));
   const std::string error =
       testing::error_of([&] { export_onnx(*model, options_for(1, 8), onnx_exporter_registry()); });
-  EXPECT_CONTAINS(error, "the test model: its module '1' is a stoker::models::(anonymous namespace)::ScaleByTwoImpl, which "
-                         "has no ONNX exporter");
-  EXPECT_CONTAINS(error, "stoker::models::register_onnx_exporter<stoker::models::(anonymous namespace)::ScaleByTwoImpl>(exporter)");
+  const std::string type = "stoker::models::onnx::(anonymous namespace)::ScaleByTwoImpl";
+  EXPECT_CONTAINS(error, "the test model: its module '1' is a " + type + ", which has no ONNX exporter");
+  EXPECT_CONTAINS(error, "stoker::models::register_onnx_exporter<" + type + ">(exporter)");
   EXPECT_CONTAINS(error, "docs/trainer.md");
 
   register_onnx_exporter<ScaleByTwoImpl>([](OnnxExport& e, const ScaleByTwoImpl&, const std::string& x) {
@@ -142,4 +141,4 @@ TEST(OnnxExport, AnUnknownModuleTypeNamesItselfAndHowToRegisterAnExporter) {
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -1,14 +1,14 @@
-// The graph passes (models/onnx_graph.h): a folded Conv computes what Conv then BatchNormalization
+// The graph passes (models/onnx/graph.h): a folded Conv computes what Conv then BatchNormalization
 // computed (with and without the convolution's own bias, grouped too); what cannot fold is left
 // alone; float16 conversion keeps what it is told to and refuses values beyond its range.
-#include "models/onnx_graph.h"
+#include "models/onnx/graph.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "test_util.h"
 
-namespace stoker::models {
+namespace stoker::models::onnx {
 namespace {
 
 struct ConvBn {
@@ -112,4 +112,4 @@ TEST(OnnxGraph, NamesStayUnique) {
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::onnx

@@ -1,9 +1,9 @@
-// models/key_pattern.h: the patterns of model.freeze, model.pretrained_skip and the head keys.
-#include "models/key_pattern.h"
+// models/weights/key_pattern.h: the patterns of model.freeze, model.pretrained_skip and the head keys.
+#include "models/weights/key_pattern.h"
 
 #include <gtest/gtest.h>
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 
 TEST(KeyPattern, AModuleNameMatchesItsKeysButNotAnotherWithThatPrefix) {
@@ -39,4 +39,4 @@ TEST(KeyPattern, UnmatchedPatternsAreNamedAndLongListsCounted) {
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

@@ -1,15 +1,15 @@
-// models/pretrained.h: fitting a file's tensors into a model (renames, skips, the re-initialised head,
+// models/weights/pretrained.h: fitting a file's tensors into a model (renames, skips, the re-initialised head,
 // and the errors that list what does not fit).
-#include "models/pretrained.h"
+#include "models/weights/pretrained.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "models/registry.h"
-#include "models/state_dict.h"
+#include "models/weights/state_dict.h"
 #include "test_util.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 using testing::error_of;
 
@@ -117,4 +117,4 @@ TEST(Pretrained, OlderFilesWithoutBatchCountsLoadAndTheModelIsUnchangedOnError) 
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

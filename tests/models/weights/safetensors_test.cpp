@@ -1,16 +1,16 @@
-// models/safetensors.h: reading and writing the Hugging Face format, checked against Python's
+// models/weights/safetensors.h: reading and writing the Hugging Face format, checked against Python's
 // safetensors package (SafetensorsPython) and against damaged files.
-#include "models/safetensors.h"
+#include "models/weights/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstring>
 
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 #include "test_util.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 namespace fs = std::filesystem;
 using testing::error_of;
@@ -114,4 +114,4 @@ TEST(SafetensorsPython, PythonsFilesReadAndStokersFilesLoadInPython) {
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::weights

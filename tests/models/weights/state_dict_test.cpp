@@ -1,9 +1,9 @@
-// Tests of models/state_dict.cpp, models/torch_save.cpp and models/pickle.cpp: a round trip in
+// Tests of models/weights/state_dict.cpp, models/weights/torch_save.cpp and models/weights/pickle.cpp: a round trip in
 // C++, strict loading and its errors, reading what Python's torch.save wrote (a checked-in golden
-// from tests/models/state_dict_golden.py), every opcode family of the unpickler, and the errors it
+// from tests/models/weights/state_dict_golden.py), every opcode family of the unpickler, and the errors it
 // gives for what a state dict never holds. With the libtorch venv's Python, also that Python's
 // torch.load reads what save_state_dict writes.
-#include "models/state_dict.h"
+#include "models/weights/state_dict.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "models/pickle.h"
 #include "models/resnet.h"
-#include "models/state_dict_golden.h"
-#include "models/torch_save.h"
+#include "models/weights/pickle.h"
+#include "models/weights/state_dict_golden.h"
+#include "models/weights/torch_save.h"
 #include "test_util.h"
 
-namespace stoker::models {
+namespace stoker::models::weights {
 namespace {
 namespace fs = std::filesystem;
 namespace nn = torch::nn;
@@ -51,7 +51,7 @@ void write_torch_zip(const fs::path& path, const std::string& pickle) {
   testing::write_bytes(path, out);
 }
 
-// The model tests/models/state_dict_golden.py saves: nn.Sequential(nn.Linear(3, 2),
+// The model tests/models/weights/state_dict_golden.py saves: nn.Sequential(nn.Linear(3, 2),
 // nn.BatchNorm1d(2)), its parameters named 0.weight, 0.bias, 1.weight, ... as in Python.
 nn::Sequential linear_bn() { return nn::Sequential(nn::Linear(3, 2), nn::BatchNorm1d(2)); }
 
@@ -332,7 +332,7 @@ TEST(StateDictPython, TorchLoadReadsSaveStateDict) {
     for (const auto& [key, value] : golden_values()) targets.at(key).copy_(value);
   }
   save_state_dict(*model, tmp / "stoker.pt");
-  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "state_dict_golden.py";
+  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "weights" / "state_dict_golden.py";
   const fs::path log = tmp / "check.log";
   const std::string command = "'" + python.string() + "' '" + script.string() + "' check '" +
                               (tmp / "stoker.pt").string() + "' >'" + log.string() + "' 2>&1";
@@ -340,4 +340,4 @@ TEST(StateDictPython, TorchLoadReadsSaveStateDict) {
 }
 
 }  // namespace
-}  // namespace stoker::models
+}  // namespace stoker::models::weights
