@@ -91,7 +91,7 @@ struct TrainOptions {
   int64_t max_nonfinite_skips = 10;
 };
 
-// What a run records beyond metrics.jsonl and the log (README "Watching a run").
+// What a run records beyond metrics.jsonl and the log (docs/runs.md, "Watching a run").
 struct LoggingOptions {
   // Where the metrics records go: registered sink types with their own keys (observe/sinks.h).
   std::vector<TypedOptions> sinks = default_sinks();
