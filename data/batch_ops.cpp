@@ -71,8 +71,4 @@ std::vector<std::string> describe_batch_ops(const std::vector<TypedOptions>& lis
   return lines;
 }
 
-bool has_batch_op(const std::vector<TypedOptions>& list, const std::string& type) {
-  return std::any_of(list.begin(), list.end(), [&](const TypedOptions& o) { return o.type() == type; });
-}
-
 }  // namespace stoker::data

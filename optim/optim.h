@@ -198,8 +198,6 @@ std::vector<ParamGroupSpec> plan_param_groups(const OptimizerOptions& options, c
 // doctor --batch` rescales by it): linearly (SGD: Goyal et al., 2017), by the square root (the Adam
 // family and LAMB: Hoffer et al., 2017; You et al., 2020), or not known (the user checks it).
 enum class LrScaling { kNone, kLinear, kSqrt };
-// "linear", "square-root", "none".
-const char* lr_scaling_name(LrScaling scaling);
 
 // A registered optimizer type: its own keys, how to build it over parameter groups, and its
 // learning-rate scaling rule. `create` makes one libtorch parameter group per ParamGroupSpec, in

@@ -58,15 +58,6 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
 
 }  // namespace
 
-const char* lr_scaling_name(LrScaling scaling) {
-  switch (scaling) {
-    case LrScaling::kLinear: return "linear";
-    case LrScaling::kSqrt: return "square-root";
-    case LrScaling::kNone: return "none";
-  }
-  return "none";
-}
-
 Registry<OptimizerType>& optimizer_registry() {
   return lazy_registry<OptimizerType, add_stoker_optimizers>("optimizer");
 }
