@@ -41,13 +41,7 @@ LoaderOptions options(int64_t workers) {
   return o;
 }
 
-template <typename Source>
-std::vector<Batch> epoch_of(Source& source, int64_t epoch) {
-  source.start_epoch(epoch);
-  std::vector<Batch> out;
-  while (auto b = source.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
 void expect_same(const std::vector<Batch>& got, const std::vector<Batch>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
