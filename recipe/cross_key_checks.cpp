@@ -1,5 +1,5 @@
-// The cross-key checks of the fine-tuning and distributed keys (recipe/config_detail.h), apart from
-// config.cpp to keep it readable.
+// The config's cross-key checks of the fine-tuning and distributed keys, declared in config.cpp's
+// private header (recipe/config_detail.h), apart from config.cpp to keep it readable.
 #include "recipe/config_detail.h"
 
 #include <fmt/format.h>
