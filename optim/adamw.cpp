@@ -7,14 +7,6 @@
 
 namespace stoker {
 
-AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
-             OptimizerImpl impl)
-    : torch::optim::AdamW(groups, defaults),
-      impl_(impl),
-      lrs_(device_lrs(param_groups(), impl)) {}
-
-void AdamW::set_lr(double lr) { set_group_lrs(*this, *this, lrs_, lr); }
-
 void AdamW::create_state() {
   for (auto& group : param_groups()) {
     std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, steps;
@@ -22,55 +14,45 @@ void AdamW::create_state() {
   }
 }
 
-torch::Tensor AdamW::step(LossClosure closure) {
-  return closure_step<torch::optim::AdamW>(*this, impl_, std::move(closure));
+void AdamW::check_group(const torch::optim::AdamWOptions& o) const {
+  TORCH_CHECK(!o.amsgrad(), "stoker::AdamW does not support amsgrad");
 }
 
-void AdamW::step_amp(const std::optional<torch::Tensor>& grad_scale,
-                     const std::optional<torch::Tensor>& found_inf) {
-  torch::NoGradGuard no_grad;
-  if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::AdamW>(*this, grad_scale, found_inf);
-  if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
-  for (size_t g = 0; g < param_groups().size(); ++g) {
-    auto& group = param_groups()[g];
-    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    TORCH_CHECK(!o.amsgrad(), "stoker::AdamW does not support amsgrad");
-    GroupTensors t = with_grads(group);
-    if (t.params.empty()) continue;
-    std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, steps;
-    state_of(t.params, exp_avgs, exp_avg_sqs, steps);
-    at::_foreach_add_(steps, 1.0);  // only the parameters that have a gradient step
-    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-    if (impl_ == OptimizerImpl::kFused) {
-      if (g < lrs_.size()) {
-        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lrs_[g], beta1, beta2,
-                          o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
-                          found_inf);
-      } else {
-        at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, o.lr(), beta1, beta2,
-                          o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
-                          found_inf);
-      }
-      if (found_inf) at::_foreach_add_(steps, found_inf->reshape({}), -1.0);  // a skipped step takes it back
-      continue;
+void AdamW::step_group(size_t g, const torch::optim::AdamWOptions& o, GroupTensors& t, const MaybeTensor& grad_scale,
+                       const MaybeTensor& found_inf) {
+  std::vector<torch::Tensor> exp_avgs, exp_avg_sqs, steps;
+  state_of(t.params, exp_avgs, exp_avg_sqs, steps);
+  at::_foreach_add_(steps, 1.0);  // only the parameters that have a gradient step
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  if (impl_ == OptimizerImpl::kFused) {
+    if (g < lrs_.size()) {
+      at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, lrs_[g], beta1, beta2,
+                        o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                        found_inf);
+    } else {
+      at::_fused_adamw_(t.params, t.grads, exp_avgs, exp_avg_sqs, {}, steps, o.lr(), beta1, beta2,
+                        o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, grad_scale,
+                        found_inf);
     }
-    // foreach: the step counts kept on the host too (a skipped fp16 step returned above, on the host)
-    std::vector<at::Scalar> bias2_sqrt, step_size;
-    for (const auto& p : t.params) {
-      const auto n = static_cast<double>(++host_steps_[p.unsafeGetTensorImpl()]);
-      bias2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
-      step_size.emplace_back(-o.lr() / (1.0 - std::pow(beta1, n)));
-    }
-    std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
-    if (o.weight_decay() != 0) at::_foreach_mul_(t.params, 1.0 - o.lr() * o.weight_decay());
-    at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
-    at::_foreach_mul_(exp_avg_sqs, beta2);
-    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
-    std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
-    at::_foreach_div_(denom, bias2_sqrt);
-    at::_foreach_add_(denom, o.eps());
-    at::_foreach_addcdiv_(t.params, exp_avgs, denom, step_size);
+    if (found_inf) at::_foreach_add_(steps, found_inf->reshape({}), -1.0);  // a skipped step takes it back
+    return;
   }
+  // foreach: the step counts kept on the host too (a skipped fp16 step returned above, on the host)
+  std::vector<at::Scalar> bias2_sqrt, step_size;
+  for (const auto& p : t.params) {
+    const auto n = static_cast<double>(++host_steps_[p.unsafeGetTensorImpl()]);
+    bias2_sqrt.emplace_back(std::sqrt(1.0 - std::pow(beta2, n)));
+    step_size.emplace_back(-o.lr() / (1.0 - std::pow(beta1, n)));
+  }
+  std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
+  if (o.weight_decay() != 0) at::_foreach_mul_(t.params, 1.0 - o.lr() * o.weight_decay());
+  at::_foreach_lerp_(exp_avgs, grads, 1.0 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denom, bias2_sqrt);
+  at::_foreach_add_(denom, o.eps());
+  at::_foreach_addcdiv_(t.params, exp_avgs, denom, step_size);
 }
 
 torch::optim::AdamWParamState& adam_moments(

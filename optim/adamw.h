@@ -11,7 +11,6 @@
 
 #include "common/options.h"
 #include "optim/amp_step.h"
-#include "optim/sharding.h"
 
 namespace stoker {
 
@@ -23,16 +22,10 @@ torch::optim::AdamWParamState& adam_moments(
 void set_adam_state(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
                     const torch::Tensor& p, const std::vector<torch::Tensor>& tensors, int64_t steps);
 
-class AdamW : public torch::optim::AdamW, public AmpStepOptimizer, public ShardableOptimizer {
+class AdamW : public MultiTensorOptimizer<torch::optim::AdamW, torch::optim::AdamWOptions> {
  public:
-  AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
-        OptimizerImpl impl);
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  void step_amp(const std::optional<torch::Tensor>& grad_scale,
-                const std::optional<torch::Tensor>& found_inf) override;
-  void set_lr(double lr) override;
+  using MultiTensorOptimizer::MultiTensorOptimizer;  // (groups, AdamWOptions defaults, OptimizerImpl)
   void create_state() override;
-  bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
   // The step counts live in device tensors while training; these keep the checkpointed
   // AdamWParamState::step of each parameter in agreement with them.
   void save(torch::serialize::OutputArchive& archive) const override;
@@ -42,8 +35,9 @@ class AdamW : public torch::optim::AdamW, public AmpStepOptimizer, public Sharda
   void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
-  OptimizerImpl impl_;
-  std::vector<torch::Tensor> lrs_;  // each group's learning rate on the parameters' device (fused, CUDA)
+  void check_group(const torch::optim::AdamWOptions& o) const override;  // no amsgrad
+  void step_group(size_t g, const torch::optim::AdamWOptions& o, GroupTensors& t, const MaybeTensor& grad_scale,
+                  const MaybeTensor& found_inf) override;
   // Each parameter's steps taken (skipped ones excluded), float32 [1] on its device, as PyTorch keeps
   // them: a parameter that first gets a gradient late is bias-corrected for its own steps.
   std::unordered_map<c10::TensorImpl*, torch::Tensor> steps_;

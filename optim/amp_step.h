@@ -1,6 +1,7 @@
 // What Stoker's optimizers (optim/sgd.h, adamw.h, lamb.h) have beyond libtorch's: which kernels a
 // step runs on (OptimizerImpl), and AmpStepOptimizer, the step that takes the loss scaler's tensors on
-// the device and a learning rate that a captured CUDA graph follows; then the pieces their steps share.
+// the device and a learning rate that a captured CUDA graph follows; then the pieces their steps share
+// and MultiTensorOptimizer, the step SGD and AdamW share around their own kernels.
 #pragma once
 
 #include <optional>
@@ -11,6 +12,8 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+
+#include "optim/sharding.h"
 
 namespace stoker {
 
@@ -104,5 +107,46 @@ torch::Tensor closure_step(Derived& optimizer, OptimizerImpl impl,
   optimizer.step_amp(std::nullopt, std::nullopt);
   return loss;
 }
+
+// libtorch's optimizer `Torch` (options `Options`) with Stoker's step: the reference path, the skip of
+// a non-finite step on the host (foreach), and for each group with gradients its own kernels
+// (step_group); the learning rate per group on the device (fused, CUDA). SGD and AdamW are one each.
+template <typename Torch, typename Options>
+class MultiTensorOptimizer : public Torch, public AmpStepOptimizer, public ShardableOptimizer {
+ public:
+  MultiTensorOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups, Options defaults, OptimizerImpl impl)
+      : Torch(std::move(groups), std::move(defaults)), impl_(impl), lrs_(device_lrs(this->param_groups(), impl)) {}
+
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr) override {
+    return closure_step<Torch>(*this, impl_, std::move(closure));
+  }
+  void step_amp(const std::optional<torch::Tensor>& grad_scale,
+                const std::optional<torch::Tensor>& found_inf) override {
+    torch::NoGradGuard no_grad;
+    if (impl_ == OptimizerImpl::kReference) return reference_step<Torch>(*this, grad_scale, found_inf);
+    if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
+    for (size_t g = 0; g < this->param_groups().size(); ++g) {
+      auto& group = this->param_groups()[g];
+      const auto& o = static_cast<const Options&>(group.options());
+      check_group(o);
+      GroupTensors t = with_grads(group);
+      if (!t.params.empty()) step_group(g, o, t, grad_scale, found_inf);
+    }
+  }
+  void set_lr(double lr) override { set_group_lrs(*this, *this, lrs_, lr); }
+  bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
+
+ protected:
+  using MaybeTensor = std::optional<torch::Tensor>;
+  // Refuses the options the kernels do not implement (SGD's dampening, AdamW's amsgrad).
+  virtual void check_group(const Options& o) const = 0;
+  // Group `g`'s step on its parameters that have a gradient: fused (lr: lrs_[g] where there is one)
+  // or foreach.
+  virtual void step_group(size_t g, const Options& o, GroupTensors& t, const MaybeTensor& grad_scale,
+                          const MaybeTensor& found_inf) = 0;
+
+  OptimizerImpl impl_;
+  std::vector<torch::Tensor> lrs_;  // each group's learning rate on the parameters' device (fused, CUDA)
+};
 
 }  // namespace stoker

@@ -7,12 +7,6 @@
 
 namespace stoker {
 
-SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
-         OptimizerImpl impl)
-    : torch::optim::SGD(groups, defaults), impl_(impl), lrs_(device_lrs(param_groups(), impl)) {}
-
-void SGD::set_lr(double lr) { set_group_lrs(*this, *this, lrs_, lr); }
-
 torch::Tensor SGD::momentum_of(const torch::Tensor& p) {
   auto& slot = state_[p.unsafeGetTensorImpl()];
   if (!slot) {
@@ -48,48 +42,38 @@ void SGD::set_param_state(const torch::Tensor& p, const std::vector<torch::Tenso
   momentum_of(p).copy_(state.at(0));
 }
 
-torch::Tensor SGD::step(LossClosure closure) {
-  return closure_step<torch::optim::SGD>(*this, impl_, std::move(closure));
+void SGD::check_group(const torch::optim::SGDOptions& o) const {
+  TORCH_CHECK(o.dampening() == 0, "stoker::SGD supports dampening 0 only");
 }
 
-void SGD::step_amp(const std::optional<torch::Tensor>& grad_scale,
-                   const std::optional<torch::Tensor>& found_inf) {
-  torch::NoGradGuard no_grad;
-  if (impl_ == OptimizerImpl::kReference) return reference_step<torch::optim::SGD>(*this, grad_scale, found_inf);
-  if (impl_ == OptimizerImpl::kForeach && host_found_inf(found_inf)) return;
-  for (size_t g = 0; g < param_groups().size(); ++g) {
-    auto& group = param_groups()[g];
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    TORCH_CHECK(o.dampening() == 0, "stoker::SGD supports dampening 0 only");
-    GroupTensors t = with_grads(group);
-    if (t.params.empty()) continue;
-    // Momentum buffers start at zero: with dampening 0 the first step then gives buf = grad,
-    // exactly as PyTorch's first-step initialisation does.
-    std::vector<torch::Tensor> bufs;
-    if (o.momentum() != 0) {
-      for (const auto& p : t.params) bufs.push_back(momentum_of(p));
-    }
-    if (impl_ == OptimizerImpl::kFused) {
-      if (g < lrs_.size()) {
-        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), lrs_[g], 0.0, o.nesterov(),
-                        /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
-      } else {
-        at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), o.lr(), 0.0,
-                        o.nesterov(), /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
-      }
-      continue;
-    }
-    // foreach
-    std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
-    if (o.weight_decay() != 0) grads = at::_foreach_add(grads, t.params, o.weight_decay());
-    std::vector<torch::Tensor> direction = grads;
-    if (o.momentum() != 0) {
-      at::_foreach_mul_(bufs, o.momentum());
-      at::_foreach_add_(bufs, grads);
-      direction = o.nesterov() ? at::_foreach_add(grads, bufs, o.momentum()) : bufs;
-    }
-    at::_foreach_add_(t.params, direction, -o.lr());
+void SGD::step_group(size_t g, const torch::optim::SGDOptions& o, GroupTensors& t, const MaybeTensor& grad_scale,
+                     const MaybeTensor& found_inf) {
+  // Momentum buffers start at zero: with dampening 0 the first step then gives buf = grad,
+  // exactly as PyTorch's first-step initialisation does.
+  std::vector<torch::Tensor> bufs;
+  if (o.momentum() != 0) {
+    for (const auto& p : t.params) bufs.push_back(momentum_of(p));
   }
+  if (impl_ == OptimizerImpl::kFused) {
+    if (g < lrs_.size()) {
+      at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), lrs_[g], 0.0, o.nesterov(),
+                      /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
+    } else {
+      at::_fused_sgd_(t.params, t.grads, bufs, o.weight_decay(), o.momentum(), o.lr(), 0.0,
+                      o.nesterov(), /*maximize=*/false, /*is_first_step=*/false, grad_scale, found_inf);
+    }
+    return;
+  }
+  // foreach
+  std::vector<torch::Tensor> grads = unscaled(t.grads, grad_scale);
+  if (o.weight_decay() != 0) grads = at::_foreach_add(grads, t.params, o.weight_decay());
+  std::vector<torch::Tensor> direction = grads;
+  if (o.momentum() != 0) {
+    at::_foreach_mul_(bufs, o.momentum());
+    at::_foreach_add_(bufs, grads);
+    direction = o.nesterov() ? at::_foreach_add(grads, bufs, o.momentum()) : bufs;
+  }
+  at::_foreach_add_(t.params, direction, -o.lr());
 }
 
 void SgdKeys::visit(OptionsVisitor& v) {

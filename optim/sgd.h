@@ -10,29 +10,23 @@
 
 #include "common/options.h"
 #include "optim/amp_step.h"
-#include "optim/sharding.h"
 
 namespace stoker {
 
-class SGD : public torch::optim::SGD, public AmpStepOptimizer, public ShardableOptimizer {
+class SGD : public MultiTensorOptimizer<torch::optim::SGD, torch::optim::SGDOptions> {
  public:
-  SGD(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::SGDOptions defaults,
-      OptimizerImpl impl);
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  void step_amp(const std::optional<torch::Tensor>& grad_scale,
-                const std::optional<torch::Tensor>& found_inf) override;
-  void set_lr(double lr) override;
+  using MultiTensorOptimizer::MultiTensorOptimizer;  // (groups, SGDOptions defaults, OptimizerImpl)
   void create_state() override;
-  bool capturable() const override { return impl_ == OptimizerImpl::kFused; }
   std::vector<torch::Tensor> param_state(const torch::Tensor& p) override;
   int64_t param_steps(const torch::Tensor&) override { return 0; }
   void set_param_state(const torch::Tensor& p, const std::vector<torch::Tensor>& state, int64_t steps) override;
 
  private:
+  void check_group(const torch::optim::SGDOptions& o) const override;  // dampening 0 only
+  void step_group(size_t g, const torch::optim::SGDOptions& o, GroupTensors& t, const MaybeTensor& grad_scale,
+                  const MaybeTensor& found_inf) override;
   // The momentum buffer of `p`, made (zero) on first use, as PyTorch does.
   torch::Tensor momentum_of(const torch::Tensor& p);
-  OptimizerImpl impl_;
-  std::vector<torch::Tensor> lrs_;  // each group's learning rate on the parameters' device (fused, CUDA)
 };
 
 // sgd's own keys (optimizer.momentum, optimizer.nesterov).
