@@ -1,6 +1,6 @@
 // The model and ONNX exporter registries (models/registry.h), filled by the model families: each
 // family's function register_<family>, defined in its own file, is declared and called here from the
-// list CMakeLists.txt writes (STOKER_MODEL_FAMILIES -> models_families.inc, one
+// list CMakeLists.txt writes (STOKER_MODEL_FAMILIES -> build/generated/models/families.inc, one
 // STOKER_MODEL_FAMILY(<family>) line each). Calling every function by name, rather than letting each
 // file register itself from a static initialiser, keeps every family linked from the static library
 // and the registries' contents independent of the order of static initialisation.
@@ -14,14 +14,14 @@
 namespace stoker::models {
 
 #define STOKER_MODEL_FAMILY(family) void register_##family(FamilyRegistrar& r);
-#include "models_families.inc"
+#include "models/families.inc"
 #undef STOKER_MODEL_FAMILY
 
 namespace {
 
 void register_families(FamilyRegistrar r) {
 #define STOKER_MODEL_FAMILY(family) register_##family(r);
-#include "models_families.inc"
+#include "models/families.inc"
 #undef STOKER_MODEL_FAMILY
 }
 
