@@ -1,5 +1,5 @@
 // stoker_bench_batch_augment: the cost per batch of the batch operations on the device after
-// normalisation (data.mixup, data.random_erasing; data/augmented_source.h) on a normalised float32
+// normalisation (data.batch_ops: mixup, random_erasing; data/augmented_source.h) on a normalised float32
 // [B, C, H, W] batch already on the device: the median over --iters batches (each a new batch index,
 // so new draws) of each configuration, in milliseconds, as a table and one JSON line. On CUDA the
 // device is synchronised after each batch.

@@ -93,7 +93,7 @@ if(_missing)
   message(FATAL_ERROR "Stoker needs ${_missing}, which was not found.")
 endif()
 # The torch wheel ships protobuf headers of another release in its include folder, which comes
-# before /usr/include; models/onnx_proto.cpp sees Debian's through this folder (-I, searched first),
+# before /usr/include; models/onnx/proto.cpp sees Debian's through this folder (-I, searched first),
 # matching the library it links.
 set(STOKER_PROTOBUF_SHIM "${CMAKE_BINARY_DIR}/stoker-protobuf-shim")
 file(MAKE_DIRECTORY "${STOKER_PROTOBUF_SHIM}")

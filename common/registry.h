@@ -1,6 +1,17 @@
-// A name -> entry registry, used for the registered types: models, data sets, transforms,
-// optimizers and schedules. Registering a name twice is an error; a failed lookup lists the names it
-// knows. Thread-safe: applications may register from static initialisers or at run time.
+// A name -> entry registry, used for the registered types, and lazy_registry, which builds each
+// process-wide one on first use. Registering a name twice is an error; a failed lookup lists the names
+// it knows. Thread-safe: applications may register from static initialisers or at run time.
+//
+// Stoker's nine process-wide registries, each a lazy_registry filled with Stoker's own entries:
+//   batch operation  data::batch_op_registry()         data/batch_ops.cpp
+//   dataset          data::dataset_registry()          data/datasets.cpp
+//   transform        data::transform_registry()        data/transform_options.cpp
+//   model            models::model_registry()          models/registry.cpp
+//   ONNX exporter    models::onnx_exporter_registry()  models/registry.cpp
+//   optimizer        optimizer_registry()              optim/optimizers.cpp
+//   schedule         schedule_registry()               optim/schedule.cpp
+//   loss             loss_registry()                   trainer/losses.cpp
+//   metrics sink     sink_registry()                   observe/sinks.cpp
 #pragma once
 
 #include <map>
@@ -61,5 +72,20 @@ class Registry {
   mutable std::mutex mutex_;
   std::map<std::string, Factory> entries_;
 };
+
+// The process-wide registry of one kind (`kind` names it in messages: "model"), built on the first
+// call by `Fill` (which adds Stoker's own entries) and never destroyed, so that an application may add
+// its entries from a static initialiser in any order, before or after the first lookup. One registry
+// per `Fill`: each accessor passes its own,
+//   Registry<SinkType>& sink_registry() { return lazy_registry<SinkType, add_stoker_sinks>("metrics sink"); }
+template <typename Entry, void (*Fill)(Registry<Entry>&)>
+Registry<Entry>& lazy_registry(const char* kind) {
+  static Registry<Entry>* registry = [kind] {
+    auto* r = new Registry<Entry>(kind);
+    Fill(*r);
+    return r;
+  }();
+  return *registry;
+}
 
 }  // namespace stoker

@@ -39,6 +39,8 @@ inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// The same clock in seconds, for durations a person reads (a step's, an epoch's).
+inline double now_s() { return static_cast<double>(now_ns()) * 1e-9; }
 
 // Records its own lifetime as one event when recording is on.
 class Scope {

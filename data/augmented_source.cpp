@@ -39,11 +39,12 @@ StageTimes AugmentedSource::take_times() {
 
 BatchOp mixup_op(MixupSettings settings, int64_t num_classes, double smoothing, uint64_t seed) {
   settings.check();
-  STOKER_CHECK(settings.enabled(), "mixup_op: data.mixup is off (set mixup_alpha, cutmix_alpha or cutmix_minmax)");
+  STOKER_CHECK(settings.enabled(),
+               "mixup_op: the mixup batch operation is off (set its mixup_alpha, cutmix_alpha or cutmix_minmax)");
   return [settings, num_classes, smoothing, seed](Batch& batch, int64_t epoch) {
     const torch::Tensor& x = batch.input;
     STOKER_CHECK(x.dim() == 4 && x.is_floating_point(),
-                 "data.mixup needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
+                 "mixup (data.batch_ops) needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
                  fmt::format("[{}]", fmt::join(x.sizes(), ", ")));
     const std::vector<MixDraw> draws =
         draw_mix(settings, x.size(0), x.size(2), x.size(3), mix_batch_seed(seed, epoch, batch.index));
@@ -55,11 +56,12 @@ BatchOp mixup_op(MixupSettings settings, int64_t num_classes, double smoothing, 
 
 BatchOp random_erasing_op(RandomErasingSettings settings, uint64_t seed, int64_t batch_size) {
   settings.check();
-  STOKER_CHECK(settings.enabled() && batch_size > 0, "random_erasing_op: data.random_erasing.probability is 0 (off)");
+  STOKER_CHECK(settings.enabled() && batch_size > 0,
+               "random_erasing_op: the random_erasing batch operation's probability is 0 (off)");
   return [settings, seed, batch_size](Batch& batch, int64_t epoch) {
     const torch::Tensor& x = batch.input;
     STOKER_CHECK(x.dim() == 4 && x.is_floating_point(),
-                 "data.random_erasing needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
+                 "random_erasing (data.batch_ops) needs normalised [B, C, H, W] batches, got {} {}", c10::toString(x.scalar_type()),
                  fmt::format("[{}]", fmt::join(x.sizes(), ", ")));
     std::vector<std::vector<EraseRect>> rects;
     std::vector<uint64_t> seeds;

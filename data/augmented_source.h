@@ -1,4 +1,4 @@
-// Batch operations on the device after normalisation (data.mixup, data.random_erasing): a
+// Batch operations on the device after normalisation (data.batch_ops: mixup, random_erasing): a
 // BatchSource that hands out another source's batches, each changed by a list of operations. The
 // recipe wraps the training loader in one, so the Trainer steps on the changed batches without
 // knowing of them; evaluation sources are never wrapped.

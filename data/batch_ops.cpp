@@ -40,12 +40,7 @@ void add_stoker_entries(Registry<BatchOpType>& r) {
 }  // namespace
 
 Registry<BatchOpType>& batch_op_registry() {
-  static Registry<BatchOpType>* registry = [] {
-    auto* r = new Registry<BatchOpType>("batch operation");
-    add_stoker_entries(*r);
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<BatchOpType, add_stoker_entries>("batch operation");
 }
 
 TypedOptions make_batch_op(const std::string& type) {
@@ -74,10 +69,6 @@ std::vector<std::string> describe_batch_ops(const std::vector<TypedOptions>& lis
     lines.push_back(fmt::format("data.batch_ops[{}] ({}): {}", i, list[i].type(), what));
   }
   return lines;
-}
-
-bool has_batch_op(const std::vector<TypedOptions>& list, const std::string& type) {
-  return std::any_of(list.begin(), list.end(), [&](const TypedOptions& o) { return o.type() == type; });
 }
 
 }  // namespace stoker::data

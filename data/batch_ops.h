@@ -53,7 +53,4 @@ std::vector<BatchOp> make_batch_ops(const std::vector<TypedOptions>& list, const
 // One line per operation for the run's log: "data.batch_ops[0] (random_erasing): probability 0.25 ...".
 std::vector<std::string> describe_batch_ops(const std::vector<TypedOptions>& list, const BatchOpContext& context);
 
-// Whether the list has an operation of `type` (mixup: the training targets are soft labels).
-bool has_batch_op(const std::vector<TypedOptions>& list, const std::string& type);
-
 }  // namespace stoker::data

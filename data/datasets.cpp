@@ -326,22 +326,23 @@ std::string SyntheticDataset::describe(int64_t index) const {
 
 // ---- registry --------------------------------------------------------------------------------------------
 
-Registry<DatasetType>& dataset_registry() {
-  static Registry<DatasetType>* registry = [] {
-    auto* r = new Registry<DatasetType>("dataset");
-    r->add("idx", {options_of<IdxOptions>(), [](const DatasetOptions& o) { return load_idx_dataset(o); }});
-    r->add("cifar10", [](const DatasetOptions& o) { return load_cifar_dataset(o, 10); });
-    r->add("cifar100", [](const DatasetOptions& o) { return load_cifar_dataset(o, 100); });
-    r->add("image_folder",
-           [](const DatasetOptions& o) { return std::make_shared<ImageFolderDataset>(o); });
-    r->add("synthetic", {options_of<SyntheticOptions>(),
-                         [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); }});
-    r->add("webdataset", {options_of<WebDatasetOptions>(),
-                          [](const DatasetOptions& o) { return std::make_shared<WebDataset>(o); }});
-    return r;
-  }();
-  return *registry;
+namespace {
+
+void add_stoker_datasets(Registry<DatasetType>& r) {
+  r.add("idx", {options_of<IdxOptions>(), [](const DatasetOptions& o) { return load_idx_dataset(o); }});
+  r.add("cifar10", [](const DatasetOptions& o) { return load_cifar_dataset(o, 10); });
+  r.add("cifar100", [](const DatasetOptions& o) { return load_cifar_dataset(o, 100); });
+  r.add("image_folder",
+        [](const DatasetOptions& o) { return std::make_shared<ImageFolderDataset>(o); });
+  r.add("synthetic", {options_of<SyntheticOptions>(),
+                      [](const DatasetOptions& o) { return std::make_shared<SyntheticDataset>(o); }});
+  r.add("webdataset", {options_of<WebDatasetOptions>(),
+                       [](const DatasetOptions& o) { return std::make_shared<WebDataset>(o); }});
 }
+
+}  // namespace
+
+Registry<DatasetType>& dataset_registry() { return lazy_registry<DatasetType, add_stoker_datasets>("dataset"); }
 
 TypedOptions dataset_type_options(const std::string& type) {
   return TypedOptions(type, dataset_registry().get(type).options());

@@ -182,7 +182,7 @@ std::pair<torch::Tensor, torch::Tensor> apply_mix(const std::vector<MixDraw>& dr
                                                   double smoothing) {
   STOKER_CHECK(input.dim() == 4 && target.dim() == 1 && input.size(0) == target.size(0) &&
                    static_cast<int64_t>(draws.size()) == input.size(0),
-               "data.mixup: expected a normalised [B, C, H, W] batch with class indices [B] and one draw per "
+               "mixup (data.batch_ops): expected a normalised [B, C, H, W] batch with class indices [B] and one draw per "
                "sample, got input {}, target {} and {} draw(s)",
                fmt::format("[{}]", fmt::join(input.sizes(), ", ")), fmt::format("[{}]", fmt::join(target.sizes(), ", ")),
                draws.size());

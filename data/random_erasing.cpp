@@ -101,7 +101,7 @@ torch::Tensor apply_erasing(const std::string& mode, const torch::Tensor& input,
                             const std::vector<uint64_t>& sample_seeds) {
   STOKER_CHECK(input.dim() == 4 && static_cast<int64_t>(rects.size()) == input.size(0) &&
                    sample_seeds.size() == rects.size(),
-               "data.random_erasing: expected a normalised [B, C, H, W] batch and one list of rectangles and one "
+               "random_erasing (data.batch_ops): expected a normalised [B, C, H, W] batch and one list of rectangles and one "
                "seed per sample, got {}, {} and {}",
                fmt::format("[{}]", fmt::join(input.sizes(), ", ")), rects.size(), sample_seeds.size());
   bool any = false;

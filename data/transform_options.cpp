@@ -75,33 +75,32 @@ TransformType entry(Make make) {
           }};
 }
 
+void add_stoker_transforms(Registry<TransformType>& r) {
+  r.add("random_resized_crop", entry<RandomResizedCropOptions>([](const RandomResizedCropOptions& o) {
+          return std::make_shared<RandomResizedCrop>(o.size, low_high(o.scale), low_high(o.ratio));
+        }));
+  r.add("resize", entry<ResizeOptions>([](const ResizeOptions& o) { return std::make_shared<Resize>(o.size); }));
+  r.add("center_crop", entry<CenterCropOptions>([](const CenterCropOptions& o) {
+          return std::make_shared<CenterCrop>(o.size);
+        }));
+  r.add("random_crop", entry<RandomCropOptions>([](const RandomCropOptions& o) {
+          return std::make_shared<RandomCrop>(o.size, o.padding);
+        }));
+  r.add("horizontal_flip", entry<HorizontalFlipOptions>([](const HorizontalFlipOptions& o) {
+          return std::make_shared<HorizontalFlip>(o.p);
+        }));
+  r.add("rand_augment", entry<RandAugmentOptions>([](const RandAugmentOptions& o) {
+          return std::make_shared<RandAugment>(rand_augment_settings(o));
+        }));
+  r.add("trivial_augment_wide", entry<TrivialAugmentWideOptions>([](const TrivialAugmentWideOptions& o) {
+          return std::make_shared<TrivialAugmentWide>(o.num_magnitude_bins);
+        }));
+}
+
 }  // namespace
 
 Registry<TransformType>& transform_registry() {
-  static Registry<TransformType>* registry = [] {
-    auto* r = new Registry<TransformType>("transform");
-    r->add("random_resized_crop", entry<RandomResizedCropOptions>([](const RandomResizedCropOptions& o) {
-             return std::make_shared<RandomResizedCrop>(o.size, low_high(o.scale), low_high(o.ratio));
-           }));
-    r->add("resize", entry<ResizeOptions>([](const ResizeOptions& o) { return std::make_shared<Resize>(o.size); }));
-    r->add("center_crop", entry<CenterCropOptions>([](const CenterCropOptions& o) {
-             return std::make_shared<CenterCrop>(o.size);
-           }));
-    r->add("random_crop", entry<RandomCropOptions>([](const RandomCropOptions& o) {
-             return std::make_shared<RandomCrop>(o.size, o.padding);
-           }));
-    r->add("horizontal_flip", entry<HorizontalFlipOptions>([](const HorizontalFlipOptions& o) {
-             return std::make_shared<HorizontalFlip>(o.p);
-           }));
-    r->add("rand_augment", entry<RandAugmentOptions>([](const RandAugmentOptions& o) {
-             return std::make_shared<RandAugment>(rand_augment_settings(o));
-           }));
-    r->add("trivial_augment_wide", entry<TrivialAugmentWideOptions>([](const TrivialAugmentWideOptions& o) {
-             return std::make_shared<TrivialAugmentWide>(o.num_magnitude_bins);
-           }));
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<TransformType, add_stoker_transforms>("transform");
 }
 
 TypedOptions make_transform(const std::string& type) {

@@ -22,8 +22,8 @@
 #include "data/idx.h"
 #include "data/tar.h"
 #include "data/webdataset.h"
-#include "models/pickle.h"
-#include "models/torch_save.h"
+#include "models/weights/pickle.h"
+#include "models/weights/torch_save.h"
 #include "recipe/config.h"
 
 namespace stoker::fuzz {
@@ -199,17 +199,17 @@ void tar(const uint8_t* data, size_t size) {
 }
 
 void pickle(const uint8_t* data, size_t size) {
-  const models::pickle::StorageLoader zeros = [](const std::string&, const std::string&,
+  const models::weights::pickle::StorageLoader zeros = [](const std::string&, const std::string&,
                                                  int64_t numel) {
-    if (numel < 0 || numel > (1 << 16)) throw models::pickle::Error("storage size out of range");
+    if (numel < 0 || numel > (1 << 16)) throw models::weights::pickle::Error("storage size out of range");
     return at::zeros({numel});
   };
   // Strict, and lenient as model.pretrained reads training checkpoints (unknown objects kept as placeholders).
   for (const bool lenient : {false, true}) {
     c10::IValue value;
     try {
-      value = models::pickle::unpickle(data, data + size, zeros, lenient);
-    } catch (const models::pickle::Error&) {
+      value = models::weights::pickle::unpickle(data, data + size, zeros, lenient);
+    } catch (const models::weights::pickle::Error&) {
       continue;
     }
     require_tensors_in_bounds(value);
@@ -220,7 +220,7 @@ void torch_save(const uint8_t* data, size_t size) {
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
   c10::IValue value;
   try {
-    value = models::read_torch_save(in, "fuzz-input.pt");
+    value = models::weights::read_torch_save(in, "fuzz-input.pt");
   } catch (const Error&) {
     return;
   }

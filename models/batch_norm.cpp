@@ -3,6 +3,9 @@
 
 #include <torch/torch.h>
 
+#include "models/onnx/nn.h"
+#include "models/registry.h"
+
 namespace stoker::models {
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
@@ -21,6 +24,13 @@ BatchNorms find_batch_norms(torch::nn::Module& model) {
     }
   }
   return found;
+}
+
+// In eval mode, which an export is, torch's BatchNorm2d's forward and so its exporter.
+void register_batch_norm(FamilyRegistrar& r) {
+  r.exporter<BatchNorm2dImpl>([](onnx::OnnxExport& e, const BatchNorm2dImpl& bn, const std::string& x) {
+    return onnx_batch_norm2d(e, bn, x);
+  });
 }
 
 }  // namespace stoker::models

@@ -5,7 +5,8 @@
 
 #include <torch/torch.h>
 
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -104,7 +105,7 @@ torch::Tensor BottleneckImpl::body(const torch::Tensor& x) {
 }
 
 // relu(bn1(conv1(x))), bn2(conv2(.)), plus the shortcut, relu: as forward, drop_path the identity.
-std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x) {
+std::string basic_block_to_onnx(onnx::OnnxExport& e, const BasicBlockImpl& block, const std::string& x) {
   std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
   out = e.child(block, "bn2", e.child(block, "conv2", out));
   const std::string& name = block.shortcut_name();
@@ -112,12 +113,18 @@ std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, cons
   return e.op("Relu", {e.op("Add", {out, shortcut})});
 }
 
-std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x) {
+std::string bottleneck_to_onnx(onnx::OnnxExport& e, const BottleneckImpl& block, const std::string& x) {
   std::string out = e.op("Relu", {e.child(block, "bn1", e.child(block, "conv1", x))});
   out = e.op("Relu", {e.child(block, "bn2", e.child(block, "conv2", out))});
   out = e.child(block, "bn3", e.child(block, "conv3", out));
   const std::string shortcut = e.has_child(block, "downsample") ? e.child(block, "downsample", x) : x;
   return e.op("Relu", {e.op("Add", {out, shortcut})});
+}
+
+// The ResNet blocks' exporters (shared by the torchvision, CIFAR and compact ResNets).
+void register_blocks(FamilyRegistrar& r) {
+  r.exporter<BasicBlockImpl>(&basic_block_to_onnx);
+  r.exporter<BottleneckImpl>(&bottleneck_to_onnx);
 }
 
 }  // namespace stoker::models

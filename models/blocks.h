@@ -27,7 +27,7 @@
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // Stochastic depth (Huang et al. 2016; timm's drop_path, torchvision's StochasticDepth "row"): in
 // training, each sample's residual branch is dropped with probability `rate` and the kept ones are
@@ -92,9 +92,9 @@ class BottleneckImpl : public torch::nn::Module, public CheckpointableBlock {
 };
 TORCH_MODULE(Bottleneck);
 
-// The blocks' ONNX exporters (models/onnx_export.h): their eval-mode forwards, in which stochastic
+// The blocks' ONNX exporters (models/onnx/export.h): their eval-mode forwards, in which stochastic
 // depth is the identity.
-std::string basic_block_to_onnx(OnnxExport& e, const BasicBlockImpl& block, const std::string& x);
-std::string bottleneck_to_onnx(OnnxExport& e, const BottleneckImpl& block, const std::string& x);
+std::string basic_block_to_onnx(onnx::OnnxExport& e, const BasicBlockImpl& block, const std::string& x);
+std::string bottleneck_to_onnx(onnx::OnnxExport& e, const BottleneckImpl& block, const std::string& x);
 
 }  // namespace stoker::models

@@ -5,8 +5,9 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 #include "models/resnet.h"  // init_resnet_weights
 
 namespace stoker::models {
@@ -47,10 +48,17 @@ torch::Tensor CifarResNetImpl::forward(const torch::Tensor& x) {
   return fc(torch::flatten(avgpool(out), 1));
 }
 
-std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, const std::string& x) {
+std::string cifar_resnet_to_onnx(onnx::OnnxExport& e, const CifarResNetImpl& net, const std::string& x) {
   std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
   for (const char* layer : {"layer1", "layer2", "layer3"}) y = e.child(net, layer, y);
   return e.child(net, "fc", onnx_flatten(e, e.child(net, "avgpool", y)));
+}
+
+// The CIFAR ResNets: the torchvision ResNets' key, head and layer groups (resnet_type).
+void register_cifar_resnet(FamilyRegistrar& r) {
+  r.model("cifar_resnet20", resnet_type(&cifar_resnet20));
+  r.model("cifar_resnet56", resnet_type(&cifar_resnet56));
+  r.exporter<CifarResNetImpl>(&cifar_resnet_to_onnx);
 }
 
 }  // namespace stoker::models

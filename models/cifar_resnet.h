@@ -35,7 +35,7 @@
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 class CifarResNetImpl : public torch::nn::Module {
  public:
@@ -55,8 +55,8 @@ class CifarResNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CifarResNet);
 
-// The ONNX exporter of the CIFAR ResNets (models/onnx_export.h): their forward.
-std::string cifar_resnet_to_onnx(OnnxExport& e, const CifarResNetImpl& net, const std::string& x);
+// The ONNX exporter of the CIFAR ResNets (models/onnx/export.h): their forward.
+std::string cifar_resnet_to_onnx(onnx::OnnxExport& e, const CifarResNetImpl& net, const std::string& x);
 
 inline CifarResNet cifar_resnet20(int64_t num_classes = 10, int64_t in_channels = 3) {
   return CifarResNet(20, num_classes, in_channels);

@@ -5,7 +5,8 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
+#include "models/onnx/export.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -64,8 +65,18 @@ torch::Tensor CompactResNetImpl::forward(const torch::Tensor& x) {
   return classifier(dropout(features->forward(x)));
 }
 
-std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
+std::string compact_resnet_to_onnx(onnx::OnnxExport& e, const CompactResNetImpl& net, const std::string& x) {
   return e.child(net, "classifier", e.child(net, "dropout", e.child(net, "features", x)));
+}
+
+// compact_resnet: its head `classifier`.
+void register_compact_resnet(FamilyRegistrar& r) {
+  r.model("compact_resnet", model_type<CompactResNetOptions>([](const CompactResNetOptions& o, const ModelShape& s) {
+                              return CompactResNet(o, s);
+                            })
+                                .with_head({"classifier"})
+                                .with_layers(compact_resnet_layer_groups()));
+  r.exporter<CompactResNetImpl>(&compact_resnet_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -25,7 +25,7 @@
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // compact_resnet's own keys (model.widths, model.blocks, model.dropout, model.drop_path_rate).
 struct CompactResNetOptions : TypeOptionsOf<CompactResNetOptions> {
@@ -56,7 +56,7 @@ class CompactResNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CompactResNet);
 
-// The compact ResNet's ONNX exporter (models/onnx_export.h): features, dropout (the identity), classifier.
-std::string compact_resnet_to_onnx(OnnxExport& e, const CompactResNetImpl& net, const std::string& x);
+// The compact ResNet's ONNX exporter (models/onnx/export.h): features, dropout (the identity), classifier.
+std::string compact_resnet_to_onnx(onnx::OnnxExport& e, const CompactResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

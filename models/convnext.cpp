@@ -6,8 +6,9 @@
 #include "common/error.h"
 #include "models/blocks.h"
 #include "models/init.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -154,13 +155,13 @@ namespace {
 const std::vector<int64_t> kChannelsLast = {0, 2, 3, 1}, kChannelsFirst = {0, 3, 1, 2};
 }  // namespace
 
-std::string layer_norm2d_to_onnx(OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x) {
+std::string layer_norm2d_to_onnx(onnx::OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x) {
   const std::string last = e.op("Transpose", {x}, {{"perm", kChannelsLast}});
   const std::string normed = onnx_layer_norm(e, last, e.param("weight"), e.param("bias"), norm.eps());
   return e.op("Transpose", {normed}, {{"perm", kChannelsFirst}});
 }
 
-std::string cn_block_to_onnx(OnnxExport& e, const CNBlockImpl& block, const std::string& x) {
+std::string cn_block_to_onnx(onnx::OnnxExport& e, const CNBlockImpl& block, const std::string& x) {
   // block: 0 depthwise conv, 1 permute (a Functional, written here), 2 LayerNorm, 3 Linear, 4 GELU,
   // 5 Linear, 6 permute back; then layer_scale and the residual (stochastic depth the identity).
   const auto parts = block.named_children()["block"]->named_children();
@@ -172,10 +173,43 @@ std::string cn_block_to_onnx(OnnxExport& e, const CNBlockImpl& block, const std:
   return e.op("Add", {x, e.op("Mul", {y, e.param("layer_scale")})});
 }
 
-std::string convnext_to_onnx(OnnxExport& e, const ConvNextImpl& net, const std::string& x) {
+std::string convnext_to_onnx(onnx::OnnxExport& e, const ConvNextImpl& net, const std::string& x) {
   // The features in order (a ModuleList handed on whole), average pooling, the classifier (its
   // LayerNorm2d, flatten, Linear).
   return e.child(net, "classifier", e.op("GlobalAveragePool", {e.child(net, "features", x)}));
+}
+
+namespace {
+
+// A ConvNeXt type: torchvision's named architecture (ConvNextOptions) or the configurable one; its
+// head `classifier` (its last norm and linear).
+template <typename Options>
+ModelType convnext_type(const std::string& name) {
+  return model_type<Options>([name](const Options& o, const ModelShape& s) {
+           ConvNextConfig config = o.config;
+           if (const std::optional<ConvNextConfig> fixed = named_convnext(name)) {
+             config = *fixed;
+             config.drop_path_rate = o.config.drop_path_rate;
+             config.layer_scale = o.config.layer_scale;
+           }
+           config.name = name;
+           return ConvNext(config, s);
+         })
+      .with_head({"classifier"})
+      .with_layers(convnext_layer_groups());
+}
+
+}  // namespace
+
+// torchvision-compatible ConvNeXts, named and configurable.
+void register_convnext(FamilyRegistrar& r) {
+  for (const char* name : {"convnext_tiny", "convnext_small", "convnext_base"}) {
+    r.model(name, convnext_type<ConvNextOptions>(name));
+  }
+  r.model("convnext", convnext_type<ConvNextCustomOptions>("convnext"));
+  r.exporter<LayerNorm2dImpl>(&layer_norm2d_to_onnx);
+  r.exporter<CNBlockImpl>(&cn_block_to_onnx);
+  r.exporter<ConvNextImpl>(&convnext_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -8,7 +8,7 @@
 // times `layer_scale`, stochastic depth, plus the input); `features.2`, `.4`, `.6` the downsampling
 // between stages (LayerNorm2d `.0`, 2x2 stride-2 convolution `.1`); average pooling; `classifier.0`
 // LayerNorm2d, flatten, `classifier.2` Linear. State-dict keys equal torchvision's, so weights move
-// both ways (models/state_dict.h). Initialisation as torchvision's: truncated normal (std 0.02) for
+// both ways (models/weights/state_dict.h). Initialisation as torchvision's: truncated normal (std 0.02) for
 // every convolution and linear layer, zero biases, layer_scale 1e-6.
 //
 // Stochastic depth (model.drop_path_rate) rises linearly over all blocks from 0 to the rate, as
@@ -62,7 +62,7 @@ struct ConvNextCustomOptions : TypeOptionsOf<ConvNextCustomOptions> {
   void check() const override;
 };
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // torchvision's LayerNorm2d: LayerNorm over the channels of an [N, C, H, W] tensor (eps 1e-6), through a
 // permute to channels-last and back; parameters `weight`, `bias`.
@@ -117,10 +117,10 @@ class ConvNextImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ConvNext);
 
-// The ONNX exporters of the ConvNeXt modules (models/onnx_export.h): their eval-mode forwards.
-std::string layer_norm2d_to_onnx(OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x);
-std::string cn_block_to_onnx(OnnxExport& e, const CNBlockImpl& block, const std::string& x);
-std::string convnext_to_onnx(OnnxExport& e, const ConvNextImpl& net, const std::string& x);
+// The ONNX exporters of the ConvNeXt modules (models/onnx/export.h): their eval-mode forwards.
+std::string layer_norm2d_to_onnx(onnx::OnnxExport& e, const LayerNorm2dImpl& norm, const std::string& x);
+std::string cn_block_to_onnx(onnx::OnnxExport& e, const CNBlockImpl& block, const std::string& x);
+std::string convnext_to_onnx(onnx::OnnxExport& e, const ConvNextImpl& net, const std::string& x);
 
 // The layers of a torchvision-layout ConvNeXt for optimizer.layer_decay: timm's ConvNeXt.group_matcher
 // in torchvision's names: the stem (features.0), each block (features.<2s+1>.<j>), a stage's

@@ -10,8 +10,9 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -119,10 +120,36 @@ std::vector<LayerGroup> efficientnet_layer_groups() {
           {"blocks", {{"^features\\.8\\.", {kMatchPrevious}}, {"^features\\.(\\d+)\\.(\\d+)\\."}}}};
 }
 
-std::string efficientnet_to_onnx(OnnxExport& e, const EfficientNetImpl& net, const std::string& x) {
+std::string efficientnet_to_onnx(onnx::OnnxExport& e, const EfficientNetImpl& net, const std::string& x) {
   // The features in order (a ModuleList handed on whole), average pooling, the classifier.
   const std::string pooled = e.op("GlobalAveragePool", {e.child(net, "features", x)});
   return e.child(net, "classifier", onnx_flatten(e, pooled));
+}
+
+namespace {
+
+// An EfficientNet variant, its keys' defaults torchvision's for the variant (the classifier's dropout).
+ModelType efficientnet_type(const std::string& name) {
+  const EfficientNetVariant variant = efficientnet_variant(name);
+  ModelType type = model_type<EfficientNetOptions>(
+      [variant](const EfficientNetOptions& o, const ModelShape& s) { return EfficientNet(variant, o, s); });
+  type.options = [variant] {
+    auto options = std::make_unique<EfficientNetOptions>();
+    options->dropout = variant.dropout;
+    return options;
+  };
+  return type.with_head({"classifier"}).with_layers(efficientnet_layer_groups());
+}
+
+}  // namespace
+
+// torchvision-compatible EfficientNet-B0..B3: drop_path_rate and dropout their keys; their head is
+// `classifier`.
+void register_efficientnet(FamilyRegistrar& r) {
+  for (const char* name : {"efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3"}) {
+    r.model(name, efficientnet_type(name));
+  }
+  r.exporter<EfficientNetImpl>(&efficientnet_to_onnx);
 }
 
 }  // namespace stoker::models

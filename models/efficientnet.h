@@ -1,7 +1,7 @@
 // torchvision-compatible EfficientNet-B0..B3 (Tan & Le 2019; torchvision.models.efficientnet).
 //
 // Module for module torchvision's layout, so that state dicts move both ways with
-// load_state_dict(strict=True) (models/state_dict.h): `features.0` the stem (3x3 stride-2
+// load_state_dict(strict=True) (models/weights/state_dict.h): `features.0` the stem (3x3 stride-2
 // ConvNormActivation, SiLU), `features.1`..`features.7` the seven stages of MBConv blocks
 // (`features.S.B.block.{0..}`: expand 1x1 where the expansion ratio is not 1, depthwise k x k,
 // SqueezeExcitation `fc1`/`fc2` (SiLU, sigmoid gate), project 1x1; models/mobile_blocks.h),
@@ -65,9 +65,9 @@ TORCH_MODULE(EfficientNet);
 // efficientnet_variant(name)'s network with torchvision's defaults (drop path 0.2, the variant's dropout).
 EfficientNet efficientnet(const std::string& name, int64_t num_classes = 1000, int64_t in_channels = 3);
 
-class OnnxExport;  // models/onnx_export.h
-// The ONNX exporter of EfficientNet (models/onnx_export.h): its eval-mode forward.
-std::string efficientnet_to_onnx(OnnxExport& e, const EfficientNetImpl& net, const std::string& x);
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
+// The ONNX exporter of EfficientNet (models/onnx/export.h): its eval-mode forward.
+std::string efficientnet_to_onnx(onnx::OnnxExport& e, const EfficientNetImpl& net, const std::string& x);
 
 // The layers of a torchvision-layout EfficientNet for optimizer.layer_decay: timm's
 // EfficientNet.group_matcher in torchvision's names: the stem (features.0), each MBConv block

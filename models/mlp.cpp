@@ -4,8 +4,9 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -42,9 +43,17 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return layers->forward(pooled.flatten(1));
 }
 
-std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x) {
+std::string mlp_to_onnx(onnx::OnnxExport& e, const MlpImpl& net, const std::string& x) {
   const std::string pooled = onnx_adaptive_avg_pool2d(e, x, net.pool(), net.pool());
   return e.child(net, "layers", onnx_flatten(e, pooled));
+}
+
+// mlp: its head `layers.classifier`.
+void register_mlp(FamilyRegistrar& r) {
+  r.model("mlp", model_type<MlpOptions>([](const MlpOptions& o, const ModelShape& s) { return Mlp(o, s); })
+                     .with_head({"layers.classifier"})
+                     .with_layers(mlp_layer_groups()));
+  r.exporter<MlpImpl>(&mlp_to_onnx);
 }
 
 }  // namespace stoker::models

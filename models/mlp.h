@@ -20,7 +20,7 @@
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // mlp's own keys (model.hidden, model.pool).
 struct MlpOptions : TypeOptionsOf<MlpOptions> {
@@ -45,8 +45,8 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// The MLP's ONNX exporter (models/onnx_export.h): the adaptive pooling (whose window must divide the
+// The MLP's ONNX exporter (models/onnx/export.h): the adaptive pooling (whose window must divide the
 // input size), flatten, the layers.
-std::string mlp_to_onnx(OnnxExport& e, const MlpImpl& net, const std::string& x);
+std::string mlp_to_onnx(onnx::OnnxExport& e, const MlpImpl& net, const std::string& x);
 
 }  // namespace stoker::models

@@ -8,8 +8,9 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -127,7 +128,7 @@ void init_mobile_weights(torch::nn::Module& model, LinearInit linear) {
   }
 }
 
-std::string onnx_activate(OnnxExport& e, const std::string& x, Activation activation) {
+std::string onnx_activate(onnx::OnnxExport& e, const std::string& x, Activation activation) {
   switch (activation) {
     case Activation::kNone: return x;
     case Activation::kReLU: return e.op("Relu", {x});
@@ -139,18 +140,25 @@ std::string onnx_activate(OnnxExport& e, const std::string& x, Activation activa
   return x;
 }
 
-std::string conv_norm_activation_to_onnx(OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x) {
+std::string conv_norm_activation_to_onnx(onnx::OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x) {
   return onnx_activate(e, e.child(m, "1", e.child(m, "0", x)), m.activation());
 }
 
-std::string squeeze_excitation_to_onnx(OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x) {
+std::string squeeze_excitation_to_onnx(onnx::OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x) {
   const std::string squeezed = onnx_activate(e, e.child(m, "fc1", e.op("GlobalAveragePool", {x})), m.activation());
   return e.op("Mul", {x, onnx_activate(e, e.child(m, "fc2", squeezed), m.gate())});
 }
 
-std::string inverted_residual_to_onnx(OnnxExport& e, const InvertedResidualImpl& m, const std::string& x) {
+std::string inverted_residual_to_onnx(onnx::OnnxExport& e, const InvertedResidualImpl& m, const std::string& x) {
   const std::string y = e.child(m, "block", x);
   return m.residual() ? e.op("Add", {y, x}) : y;
+}
+
+// The mobile blocks' exporters (shared by EfficientNet and MobileNetV3).
+void register_mobile_blocks(FamilyRegistrar& r) {
+  r.exporter<ConvNormActivationImpl>(&conv_norm_activation_to_onnx);
+  r.exporter<SqueezeExcitationImpl>(&squeeze_excitation_to_onnx);
+  r.exporter<InvertedResidualImpl>(&inverted_residual_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -27,7 +27,7 @@
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // The activations of these families; none has parameters.
 enum class Activation { kNone, kReLU, kSiLU, kHardswish, kSigmoid, kHardsigmoid };
@@ -117,12 +117,12 @@ std::vector<double> stochastic_depth_rates(double rate, int64_t blocks);
 // stochastic_depth_rates(rate, their count); returns the count.
 int64_t apply_stochastic_depth(torch::nn::Module& model, double rate);
 
-// The blocks' ONNX exporters (models/onnx_export.h): their eval-mode forwards (stochastic depth the
+// The blocks' ONNX exporters (models/onnx/export.h): their eval-mode forwards (stochastic depth the
 // identity); `onnx_activate` writes an Activation as nodes.
-std::string onnx_activate(OnnxExport& e, const std::string& x, Activation activation);
-std::string conv_norm_activation_to_onnx(OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x);
-std::string squeeze_excitation_to_onnx(OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x);
-std::string inverted_residual_to_onnx(OnnxExport& e, const InvertedResidualImpl& m, const std::string& x);
+std::string onnx_activate(onnx::OnnxExport& e, const std::string& x, Activation activation);
+std::string conv_norm_activation_to_onnx(onnx::OnnxExport& e, const ConvNormActivationImpl& m, const std::string& x);
+std::string squeeze_excitation_to_onnx(onnx::OnnxExport& e, const SqueezeExcitationImpl& m, const std::string& x);
+std::string inverted_residual_to_onnx(onnx::OnnxExport& e, const InvertedResidualImpl& m, const std::string& x);
 
 // How a family initialises its linear layers: EfficientNet uniform in +-1/sqrt(out_features),
 // MobileNetV3 normal(0, 0.01); both with zero bias.

@@ -7,8 +7,9 @@
 
 #include "common/error.h"
 #include "models/mobile_blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -97,13 +98,25 @@ std::vector<LayerGroup> mobilenet_v3_layer_groups() {
   return {{"stem", {{"^features\\.0\\."}}}, {"blocks", {{"^features\\.(\\d+)\\."}}}};
 }
 
-std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
+std::string mobilenet_v3_to_onnx(onnx::OnnxExport& e, const MobileNetV3Impl& net, const std::string& x) {
   const std::string pooled = onnx_flatten(e, e.op("GlobalAveragePool", {e.child(net, "features", x)}));
   // classifier: 0 Linear, 1 hard swish (a Functional, written here), 2 Dropout (the identity), 3 Linear.
   const torch::nn::Module& classifier = *net.named_children()["classifier"];
   const std::string path = e.path().empty() ? "classifier" : e.path() + ".classifier";
   const std::string hidden = onnx_hardswish(e, e.module(*classifier.named_children()["0"], path + ".0", pooled));
   return e.module(*classifier.named_children()["3"], path + ".3", hidden);
+}
+
+// torchvision-compatible MobileNetV3: drop_path_rate and dropout their keys; their head is `classifier`.
+void register_mobilenet_v3(FamilyRegistrar& r) {
+  for (const auto& [name, size] : {std::pair{"mobilenet_v3_small", MobileNetV3Size::kSmall},
+                                   std::pair{"mobilenet_v3_large", MobileNetV3Size::kLarge}}) {
+    r.model(name, model_type<MobileNetV3Options>(
+                      [size = size](const MobileNetV3Options& o, const ModelShape& s) { return MobileNetV3(size, o, s); })
+                      .with_head({"classifier"})
+                      .with_layers(mobilenet_v3_layer_groups()));
+  }
+  r.exporter<MobileNetV3Impl>(&mobilenet_v3_to_onnx);
 }
 
 }  // namespace stoker::models

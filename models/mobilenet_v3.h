@@ -50,9 +50,9 @@ TORCH_MODULE(MobileNetV3);
 
 MobileNetV3 mobilenet_v3_small(int64_t num_classes = 1000, int64_t in_channels = 3);
 
-class OnnxExport;  // models/onnx_export.h
-// The ONNX exporter of MobileNetV3 (models/onnx_export.h): its eval-mode forward.
-std::string mobilenet_v3_to_onnx(OnnxExport& e, const MobileNetV3Impl& net, const std::string& x);
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
+// The ONNX exporter of MobileNetV3 (models/onnx/export.h): its eval-mode forward.
+std::string mobilenet_v3_to_onnx(onnx::OnnxExport& e, const MobileNetV3Impl& net, const std::string& x);
 MobileNetV3 mobilenet_v3_large(int64_t num_classes = 1000, int64_t in_channels = 3);
 
 // The layers of a torchvision-layout MobileNetV3 for optimizer.layer_decay, as timm's

@@ -1,12 +1,13 @@
-// The model registry: each model type's own options and factory (ModelType), and the
-// process-wide name -> type table with Stoker's own models in it (compact_resnet, mlp,
-// cifar_resnet20/56, resnet18/34/50/101, vit_b_16/b_32/l_16, vit, convnext_tiny/small/base,
-// convnext, efficientnet_b0..b3, mobilenet_v3_small/large; see the README's model table).
+// The model registry: each model type's own options and factory (ModelType), the process-wide
+// name -> type table, and the process-wide ONNX exporter table. Both are filled on first use by the
+// model families, each from its own file (FamilyRegistrar below; the families: CMakeLists.txt's
+// STOKER_MODEL_FAMILIES; the model names: the README's model table).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/modules/container/any.h>
@@ -14,8 +15,9 @@
 #include "common/options.h"
 #include "common/registry.h"
 #include "models/layer_groups.h"
-#include "models/pretrained.h"
+#include "models/onnx/export.h"
 #include "models/shape.h"
+#include "models/weights/pretrained.h"
 
 namespace stoker::models {
 
@@ -31,22 +33,21 @@ using ModelResolver = std::function<void(TypeOptions&, const ModelShape&)>;
 
 // A registered model type: its own options (their keys, defaults and checks), its factory, for types
 // whose parameters depend on the input size its resolver (null otherwise), and what fine-tuning needs
-// to know of its parameters' names. A new family declares the last two beside its module, in one line
-// each:
-//   r.add("resnet18", resnet_type(&resnet18).with_head({"fc"}).with_layers(resnet_layer_groups()));
+// to know of its parameters' names. A family declares them in its own file, one line a name:
+//   r.model("resnet18", resnet_type(&resnet18).with_head({"fc"}).with_layers(resnet_layer_groups()));
 struct ModelType {
   OptionsMaker options = options_of<NoOptions>();
   ModelFactory create;
   ModelResolver resolve = nullptr;
-  // Its classifier head, as key patterns (models/key_pattern.h; the ResNets: {"fc"}): re-initialised
+  // Its classifier head, as key patterns (models/weights/key_pattern.h; the ResNets: {"fc"}): re-initialised
   // when model.pretrained's head is for another number of classes, trained at optimizer.head_lr_scale.
   std::vector<std::string> head_keys = {};
   // Its layers for optimizer.layer_decay (models/layer_groups.h: timm's group_matcher); none: the
   // type cannot take layer_decay.
   std::vector<LayerGroup> layer_groups = {};
-  // What model.pretrained's tensors need before they fit (models/pretrained.h; a ViT's position
+  // What model.pretrained's tensors need before they fit (models/weights/pretrained.h; a ViT's position
   // embedding for another grid); null: nothing.
-  PretrainedAdapter adapt_pretrained = nullptr;
+  weights::PretrainedAdapter adapt_pretrained = nullptr;
 
   ModelType with_head(std::vector<std::string> keys) const {
     ModelType t = *this;
@@ -72,10 +73,54 @@ ModelType model_type(Build build) {
           }};
 }
 
+// What a model family registers, from its own file: its model types (names, defaults, head, layer
+// groups) and its modules' ONNX exporters, in one function `void register_<family>(FamilyRegistrar&)`
+// beside its definition. CMakeLists.txt lists the families (STOKER_MODEL_FAMILIES: a family's .cpp
+// and its function's name) and writes the list the two registries below are filled from, so adding a
+// family is its own files and one word there (docs/architecture.md). Each registry, when first used,
+// calls every family's function with a registrar that keeps only its own half.
+//   void register_bar_net(FamilyRegistrar& r) {
+//     r.model("bar_net", model_type<BarNetOptions>(build_bar_net).with_head({"fc"}));
+//     r.exporter<BarNetImpl>(&bar_net_to_onnx);
+//   }
+class FamilyRegistrar {
+ public:
+  FamilyRegistrar(Registry<ModelType>* models, Registry<onnx::OnnxExporter>* exporters)
+      : models_(models), exporters_(exporters) {}
+
+  void model(const std::string& name, ModelType type) {
+    if (models_ != nullptr) models_->add(name, std::move(type));
+  }
+  // The exporter of modules of type `M` (the Impl class).
+  template <typename M>
+  void exporter(std::function<std::string(onnx::OnnxExport&, const M&, const std::string&)> exporter) {
+    if (exporters_ != nullptr) onnx::add_onnx_exporter<M>(*exporters_, std::move(exporter));
+  }
+
+ private:
+  Registry<ModelType>* models_;
+  Registry<onnx::OnnxExporter>* exporters_;
+};
+
 // The process-wide model registry, with Stoker's own models already in it. Applications add theirs
 // with `model_registry().add("my_net", model_type<MyOptions>(build))` and then select them with
 // `model.type: my_net` (and set their keys beside it).
 Registry<ModelType>& model_registry();
+
+// The process-wide ONNX exporter registry (models/onnx/export.h), by module type, with every module
+// type Stoker ships in it: libtorch's (models/onnx/nn.h) and each family's. An application adds its
+// own module types' once, before `trainer export --format onnx` or export_onnx:
+//   stoker::models::register_onnx_exporter<MyBlockImpl>(
+//       [](onnx::OnnxExport& e, const MyBlockImpl& m, const std::string& x) { return e.op("Relu", {x}); });
+//   std::string bytes = stoker::models::onnx::export_onnx(model, options, stoker::models::onnx_exporter_registry());
+Registry<onnx::OnnxExporter>& onnx_exporter_registry();
+
+// Registers `exporter` for modules of type `M` (the Impl class) in the process-wide registry; a
+// second exporter for one type is refused.
+template <typename M>
+void register_onnx_exporter(std::function<std::string(onnx::OnnxExport&, const M&, const std::string&)> exporter) {
+  onnx::add_onnx_exporter<M>(onnx_exporter_registry(), std::move(exporter));
+}
 
 // The default options of a registered model type (what `model: {type: T}` reads as).
 TypedOptions model_options(const std::string& type);

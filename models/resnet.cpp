@@ -5,8 +5,9 @@
 
 #include "common/error.h"
 #include "models/blocks.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 
@@ -73,7 +74,7 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& x) {
   return fc(torch::flatten(avgpool(y), 1));
 }
 
-std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x) {
+std::string resnet_to_onnx(onnx::OnnxExport& e, const ResNetImpl& net, const std::string& x) {
   std::string y = e.op("Relu", {e.child(net, "bn1", e.child(net, "conv1", x))});
   y = e.child(net, "maxpool", y);
   for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) y = e.child(net, layer, y);
@@ -93,6 +94,26 @@ ResNet resnet50(int64_t num_classes, int64_t in_channels) {
 ResNet resnet101(int64_t num_classes, int64_t in_channels) {
   return ResNet(ResNetBlock::bottleneck, std::vector<int64_t>{3, 4, 23, 3}, num_classes,
                 in_channels);
+}
+
+ModelType resnet_type(std::function<torch::nn::AnyModule(int64_t num_classes, int64_t in_channels)> build) {
+  return ModelType{options_of<ResNetOptions>(), [build](const TypeOptions& own, const ModelShape& s) {
+                     torch::nn::AnyModule model = build(s.num_classes, s.in_channels);
+                     apply_drop_path(*model.ptr(), dynamic_cast<const ResNetOptions&>(own).drop_path_rate);
+                     return model;
+                   }}
+      .with_head({"fc"})
+      .with_layers(resnet_layer_groups());
+}
+
+// torchvision-compatible ResNets: drop_path_rate their one key; the data gives in_channels and
+// num_classes. Their head is `fc`, their layers timm's ResNet.group_matcher's.
+void register_resnet(FamilyRegistrar& r) {
+  r.model("resnet18", resnet_type(&resnet18));
+  r.model("resnet34", resnet_type(&resnet34));
+  r.model("resnet50", resnet_type(&resnet50));
+  r.model("resnet101", resnet_type(&resnet101));
+  r.exporter<ResNetImpl>(&resnet_to_onnx);
 }
 
 }  // namespace stoker::models

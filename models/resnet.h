@@ -6,7 +6,7 @@
 // adaptive average pooling and `fc`. Parameter and buffer names equal torchvision's state_dict()
 // keys exactly (`layer1.0.downsample.0.weight`, `layer2.1.bn2.running_mean`,
 // `bn1.num_batches_tracked`, ...), so weights move both ways with save_state_dict /
-// load_state_dict (models/state_dict.h).
+// load_state_dict (models/weights/state_dict.h).
 //
 // Registered in the model registry as resnet18, resnet34, resnet50 and resnet101; the ModelSpec
 // gives in_channels (the stem's input) and num_classes (fc's output). Their one key of their own is
@@ -23,15 +23,17 @@
 #include "models/batch_norm.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/options.h"
 #include "models/layer_groups.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // The own keys of the torchvision-style and CIFAR ResNets: model.drop_path_rate, stochastic depth
 // rising linearly over the blocks from 0 to the rate (models/blocks.h apply_drop_path; timm
@@ -48,6 +50,17 @@ void init_resnet_weights(torch::nn::Module& model);
 // The layers of the torchvision-layout and CIFAR ResNets for optimizer.layer_decay: timm's
 // ResNet.group_matcher(coarse=False): the stem (conv1, bn1), then each block layer<i>.<j>, then fc.
 std::vector<LayerGroup> resnet_layer_groups();
+
+// The model type of a ResNet that `build` makes from the data's classes and channels: stochastic depth
+// its one key (ResNetOptions), its head `fc`, its layers resnet_layer_groups(). torchvision's ResNets
+// (resnet.cpp) and the CIFAR ones (cifar_resnet.cpp) register theirs with it.
+ModelType resnet_type(std::function<torch::nn::AnyModule(int64_t num_classes, int64_t in_channels)> build);
+template <typename Module>
+ModelType resnet_type(Module (*build)(int64_t num_classes, int64_t in_channels)) {
+  return resnet_type([build](int64_t num_classes, int64_t in_channels) {
+    return torch::nn::AnyModule(build(num_classes, in_channels));
+  });
+}
 
 enum class ResNetBlock { basic, bottleneck };
 
@@ -78,7 +91,7 @@ ResNet resnet34(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet50(int64_t num_classes = 1000, int64_t in_channels = 3);
 ResNet resnet101(int64_t num_classes = 1000, int64_t in_channels = 3);
 
-// The ONNX exporter of the torchvision-style ResNets (models/onnx_export.h): their forward.
-std::string resnet_to_onnx(OnnxExport& e, const ResNetImpl& net, const std::string& x);
+// The ONNX exporter of the torchvision-style ResNets (models/onnx/export.h): their forward.
+std::string resnet_to_onnx(onnx::OnnxExport& e, const ResNetImpl& net, const std::string& x);
 
 }  // namespace stoker::models

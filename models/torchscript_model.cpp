@@ -11,7 +11,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "models/file_kind.h"
+#include "models/registry.h"
+#include "models/weights/file_kind.h"
 
 namespace stoker::models {
 namespace fs = std::filesystem;
@@ -43,13 +44,13 @@ class ScriptNodeImpl : public torch::nn::Module {
 };
 
 torch::jit::Module load_script(const std::string& path) {
-  const FileDescription file = describe_file(path);
-  STOKER_CHECK(file.kind != FileKind::kMissing && file.kind != FileKind::kEmpty,
+  const weights::FileDescription file = weights::describe_file(path);
+  STOKER_CHECK(file.kind != weights::FileKind::kMissing && file.kind != weights::FileKind::kEmpty,
                "model.path {} is {}; give the TorchScript file of the network to train, saved {}", path, file.what,
                kHowToScript);
-  STOKER_CHECK(file.kind == FileKind::kTorchScript,
+  STOKER_CHECK(file.kind == weights::FileKind::kTorchScript,
                "model.path {} is {}, not a TorchScript module; save the network {}{}", path, file.what, kHowToScript,
-               file.kind == FileKind::kZip || file.kind == FileKind::kSafetensors
+               file.kind == weights::FileKind::kZip || file.kind == weights::FileKind::kSafetensors
                    ? " (a file of weights goes to model.pretrained)"
                    : "");
   try {
@@ -171,6 +172,15 @@ torch::Tensor TorchScriptModelImpl::forward(const torch::Tensor& x) {
                path_, fmt::join(logits.sizes(), ", "), x.size(0), num_classes_, x.size(0), num_classes_, num_classes_,
                num_classes_);
   return logits;
+}
+
+// Any network scripted in Python: model.path; its head and layers are its own keys (head_keys,
+// layer_groups are unknown to the type).
+void register_torchscript_model(FamilyRegistrar& r) {
+  r.model("torchscript", model_type<TorchScriptOptions>([](const TorchScriptOptions& o, const ModelShape& shape) {
+            o.check();
+            return TorchScriptModel(o.path, shape.num_classes);
+          }));
 }
 
 }  // namespace stoker::models

@@ -9,8 +9,9 @@
 #include "common/error.h"
 #include "models/blocks.h"
 #include "models/init.h"
-#include "models/onnx_export.h"
-#include "models/onnx_nn.h"
+#include "models/onnx/export.h"
+#include "models/onnx/nn.h"
+#include "models/registry.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -236,7 +237,7 @@ void resize_pretrained_position_embedding(const torch::nn::Module& model,
   }
 }
 
-std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x) {
+std::string self_attention_to_onnx(onnx::OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x) {
   const int64_t dim = attention.in_proj_weight.size(1), heads = attention.heads(), head_dim = dim / heads;
   // [N, L, dim] -> q, k, v as [N, heads, L, head_dim], then softmax(q k^T / sqrt(head_dim)) v.
   std::string qkv = e.op("MatMul", {x, e.constant("in_proj_weight_t", attention.in_proj_weight.t().contiguous())});
@@ -255,19 +256,19 @@ std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& atten
   return e.child(attention, "out_proj", out);
 }
 
-std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x) {
+std::string encoder_block_to_onnx(onnx::OnnxExport& e, const EncoderBlockImpl& block, const std::string& x) {
   // Dropout and stochastic depth are the identity in eval mode.
   const std::string h = e.op("Add", {x, e.child(block, "self_attention", e.child(block, "ln_1", x))});
   return e.op("Add", {h, e.child(block, "mlp", e.child(block, "ln_2", h))});
 }
 
-std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
+std::string encoder_to_onnx(onnx::OnnxExport& e, const EncoderImpl& encoder, const std::string& x) {
   // The tokens of the grid the position embedding is for (vit_to_onnx checks the input size).
   const std::string y = e.op("Add", {x, e.param("pos_embedding")});
   return e.child(encoder, "ln", e.child(encoder, "layers", y));
 }
 
-std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
+std::string vit_to_onnx(onnx::OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x) {
   const int64_t dim = vit.config().hidden_dim, patch = vit.config().patch_size;
   const std::vector<int64_t> dims = e.shape(x);
   const std::array<int64_t, 2> grid = vit.grid();
@@ -288,6 +289,45 @@ std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const s
   const std::string cls_index = e.constant("cls_index", torch::tensor(int64_t{0}));
   const std::string first = e.op("Gather", {encoded, cls_index}, {{"axis", int64_t{1}}});
   return e.child(vit, "heads", first);
+}
+
+namespace {
+
+// A ViT type: torchvision's named architecture (VitOptions) or the configurable one (VitCustomOptions);
+// its image_size resolved from a square input; its head `heads`.
+template <typename Options>
+ModelType vit_type(const std::string& name) {
+  ModelType type = model_type<Options>([name](const Options& o, const ModelShape& s) {
+    VitConfig config = o.config;
+    if (const std::optional<VitConfig> fixed = named_vit(name)) {
+      config = *fixed;
+      config.image_size = o.config.image_size;
+      config.dropout = o.config.dropout;
+      config.attention_dropout = o.config.attention_dropout;
+      config.drop_path_rate = o.config.drop_path_rate;
+    }
+    config.name = name;
+    return VisionTransformer(config, s);
+  });
+  type.resolve = [](TypeOptions& own, const ModelShape& s) {
+    int64_t& image_size = dynamic_cast<Options&>(own).config.image_size;
+    if (image_size == 0 && s.height > 0 && s.height == s.width) image_size = s.height;
+  };
+  // model.pretrained for another input size: its position embedding resized to the model's grid.
+  type.adapt_pretrained = resize_pretrained_position_embedding;
+  return type.with_head({"heads"}).with_layers(vit_layer_groups());
+}
+
+}  // namespace
+
+// torchvision-compatible ViTs, named and configurable.
+void register_vit(FamilyRegistrar& r) {
+  for (const char* name : {"vit_b_16", "vit_b_32", "vit_l_16"}) r.model(name, vit_type<VitOptions>(name));
+  r.model("vit", vit_type<VitCustomOptions>("vit"));
+  r.exporter<SelfAttentionImpl>(&self_attention_to_onnx);
+  r.exporter<EncoderBlockImpl>(&encoder_block_to_onnx);
+  r.exporter<EncoderImpl>(&encoder_to_onnx);
+  r.exporter<VisionTransformerImpl>(&vit_to_onnx);
 }
 
 }  // namespace stoker::models

@@ -7,7 +7,7 @@
 // `heads.head`. Each block: `ln_1`, `self_attention` with torch.nn.MultiheadAttention's parameters
 // (`in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`), dropout, `ln_2`, `mlp`
 // (`mlp.0` Linear, GELU, dropout, `mlp.3` Linear, dropout). State-dict keys equal torchvision's, so
-// weights move both ways (models/state_dict.h). Attention runs through at::scaled_dot_product_attention
+// weights move both ways (models/weights/state_dict.h). Attention runs through at::scaled_dot_product_attention
 // (the fused flash / memory-efficient kernels on CUDA, the flash kernel on the CPU); its dropout only
 // in training. Initialisation as torchvision's.
 //
@@ -79,7 +79,7 @@ torch::Tensor resize_position_embedding(const torch::Tensor& pos_embedding, std:
                                         std::optional<std::array<int64_t, 2>> old_grid = std::nullopt,
                                         int64_t prefix_tokens = 1);
 
-class OnnxExport;  // models/onnx_export.h
+namespace onnx { class OnnxExport; }  // models/onnx/export.h
 
 // nn.MultiheadAttention(dim, heads, dropout, batch_first=True) called as self-attention (q = k = v,
 // no mask, no weights returned), with its parameter names and initialisation; through
@@ -160,18 +160,18 @@ class VisionTransformerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VisionTransformer);
 
-// model.pretrained for a ViT (models/pretrained.h PretrainedAdapter): a position embedding
+// model.pretrained for a ViT (models/weights/pretrained.h PretrainedAdapter): a position embedding
 // (encoder.pos_embedding) for another patch grid than `model`'s, a square one, resized to it with
 // resize_position_embedding, as timm's checkpoint_filter_fn does. Nothing for another module.
 void resize_pretrained_position_embedding(const torch::nn::Module& model,
                                           std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
-// The ONNX exporters of the ViT modules (models/onnx_export.h): their eval-mode forwards, at the input
+// The ONNX exporters of the ViT modules (models/onnx/export.h): their eval-mode forwards, at the input
 // size the position embedding is for (vit_to_onnx refuses another, saying so).
-std::string self_attention_to_onnx(OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x);
-std::string encoder_block_to_onnx(OnnxExport& e, const EncoderBlockImpl& block, const std::string& x);
-std::string encoder_to_onnx(OnnxExport& e, const EncoderImpl& encoder, const std::string& x);
-std::string vit_to_onnx(OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x);
+std::string self_attention_to_onnx(onnx::OnnxExport& e, const SelfAttentionImpl& attention, const std::string& x);
+std::string encoder_block_to_onnx(onnx::OnnxExport& e, const EncoderBlockImpl& block, const std::string& x);
+std::string encoder_to_onnx(onnx::OnnxExport& e, const EncoderImpl& encoder, const std::string& x);
+std::string vit_to_onnx(onnx::OnnxExport& e, const VisionTransformerImpl& vit, const std::string& x);
 
 // The layers of a torchvision-layout ViT for optimizer.layer_decay: timm's
 // VisionTransformer.group_matcher in torchvision's names: the stem (class token, patch projection,

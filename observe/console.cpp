@@ -1,22 +1,15 @@
 #include "observe/console.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/trace.h"
 
 namespace stoker {
-namespace {
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
+using trace::now_s;
 
 Progress::Progress(bool live, int64_t every, std::FILE* out) : live_(live), every_(every), out_(out) {}
 

@@ -375,8 +375,8 @@ void MlflowSink::failed(const MlflowCallFailed& e) {
     }
   }
   if (!e.transient()) {
-    logger().warn("MLflow at {} refused the run: {}; nothing more is sent to it (is logging.mlflow.tracking_uri the "
-                  "address of an MLflow tracking server?); training goes on",
+    logger().warn("MLflow at {} refused the run: {}; nothing more is sent to it (is the mlflow sink's tracking_uri in "
+                  "logging.sinks the address of an MLflow tracking server?); training goes on",
                   options_.tracking_uri, e.what());
   } else if (warn) {
     logger().warn("MLflow at {} is not answering: {}; training goes on; metrics are kept for retry up to {} records",

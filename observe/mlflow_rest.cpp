@@ -195,7 +195,8 @@ std::string MlflowRest::experiment_id(const std::string& name) {
   const Json experiment = parse_answer(found.body, what).value("experiment", Json::object());
   if (experiment.value("lifecycle_stage", "") == "deleted") {
     throw MlflowCallFailed(fmt::format("the experiment '{}' is deleted; restore it (`mlflow experiments restore "
-                                       "--experiment-id {}`) or name another in logging.mlflow.experiment",
+                                       "--experiment-id {}`) or name another in the mlflow sink's experiment "
+                                       "(logging.sinks: {{type: mlflow, experiment: ...}})",
                                        name, experiment.value("experiment_id", "")),
                            false);
   }

@@ -74,14 +74,7 @@ void MlflowSinkOptions::check() const {
                "tracking server (e.g. http://127.0.0.1:5000)");
 }
 
-Registry<SinkType>& sink_registry() {
-  static Registry<SinkType>* registry = [] {
-    auto* r = new Registry<SinkType>("metrics sink");
-    add_stoker_entries(*r);
-    return r;
-  }();
-  return *registry;
-}
+Registry<SinkType>& sink_registry() { return lazy_registry<SinkType, add_stoker_entries>("metrics sink"); }
 
 TypedOptions make_sink_options(const std::string& type) { return TypedOptions(type, sink_registry().get(type).options()); }
 

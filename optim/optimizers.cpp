@@ -58,22 +58,8 @@ void add_stoker_optimizers(Registry<OptimizerType>& r) {
 
 }  // namespace
 
-const char* lr_scaling_name(LrScaling scaling) {
-  switch (scaling) {
-    case LrScaling::kLinear: return "linear";
-    case LrScaling::kSqrt: return "square-root";
-    case LrScaling::kNone: return "none";
-  }
-  return "none";
-}
-
 Registry<OptimizerType>& optimizer_registry() {
-  static Registry<OptimizerType>* registry = [] {
-    auto* r = new Registry<OptimizerType>("optimizer");
-    add_stoker_optimizers(*r);
-    return r;
-  }();
-  return *registry;
+  return lazy_registry<OptimizerType, add_stoker_optimizers>("optimizer");
 }
 
 }  // namespace stoker

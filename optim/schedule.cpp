@@ -110,19 +110,20 @@ ScheduleOptions make_schedule(const std::string& type) {
   return s;
 }
 
-Registry<ScheduleType>& schedule_registry() {
-  static Registry<ScheduleType>* registry = [] {
-    auto* r = new Registry<ScheduleType>("schedule");
-    r->add("constant", {options_of<NoOptions>(),
-                        [](const TypeOptions&, double lr, int64_t, const ScheduleSpan&) { return lr; }});
-    r->add("cosine", {options_of<CosineKeys>(), cosine_lr, /*own_warmup=*/false, describe_cosine});
-    r->add("step", {options_of<StepKeys>(), step_lr, /*own_warmup=*/false, describe_step, check_step_run});
-    r->add("one_cycle", {options_of<OneCycleKeys>(), one_cycle_lr, /*own_warmup=*/true, describe_one_cycle,
-                         nullptr, "pct_start"});
-    return r;
-  }();
-  return *registry;
+namespace {
+
+void add_stoker_schedules(Registry<ScheduleType>& r) {
+  r.add("constant", {options_of<NoOptions>(),
+                     [](const TypeOptions&, double lr, int64_t, const ScheduleSpan&) { return lr; }});
+  r.add("cosine", {options_of<CosineKeys>(), cosine_lr, /*own_warmup=*/false, describe_cosine});
+  r.add("step", {options_of<StepKeys>(), step_lr, /*own_warmup=*/false, describe_step, check_step_run});
+  r.add("one_cycle", {options_of<OneCycleKeys>(), one_cycle_lr, /*own_warmup=*/true, describe_one_cycle,
+                      nullptr, "pct_start"});
 }
+
+}  // namespace
+
+Registry<ScheduleType>& schedule_registry() { return lazy_registry<ScheduleType, add_stoker_schedules>("schedule"); }
 
 std::string describe_schedule(const ScheduleOptions& s) {
   const std::string& name = s.curve.type();

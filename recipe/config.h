@@ -14,8 +14,8 @@
 #include "data/dataset.h"
 #include "data/settings.h"
 #include "models/activation_checkpointing.h"
-#include "models/pretrained.h"
 #include "models/registry.h"
+#include "models/weights/pretrained.h"
 #include "observe/sinks.h"
 #include "optim/grad_scaler.h"
 #include "optim/optim.h"
@@ -91,7 +91,7 @@ struct TrainOptions {
   int64_t max_nonfinite_skips = 10;
 };
 
-// What a run records beyond metrics.jsonl and the log (README "Watching a run").
+// What a run records beyond metrics.jsonl and the log (docs/runs.md, "Watching a run").
 struct LoggingOptions {
   // Where the metrics records go: registered sink types with their own keys (observe/sinks.h).
   std::vector<TypedOptions> sinks = default_sinks();
@@ -112,7 +112,7 @@ struct Config {
   // Keys of every model type beside them: where its weights start (model.pretrained,
   // model.pretrained_skip, model.pretrained_rename: recipe/pretrained.h) and what of it trains when
   // (model.freeze, model.freeze_until_epoch: trainer/freeze.h).
-  models::PretrainedOptions pretrained;
+  models::weights::PretrainedOptions pretrained;
   FreezeOptions freeze;
   // model.activation_checkpointing: true (every block) | false | [block indices], for every model type
   // whose family has blocks (models/activation_checkpointing.h).

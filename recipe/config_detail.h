@@ -1,5 +1,5 @@
 // The config's cross-key checks of the keys the fine-tuning and distributed issues added (recipe/config.cpp's
-// private header; recipe/config_detail.cpp defines them): model.pretrained*,
+// private header; recipe/cross_key_checks.cpp defines them): model.pretrained*,
 // model.freeze*, optimizer.layer_decay and head_lr_scale against the model type; the distributed: section,
 // model.activation_checkpointing and their combinations with the rest. recipe/config.cpp's
 // check_consistency runs them with the rest at load time; `fail` throws naming the file.

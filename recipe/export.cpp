@@ -16,12 +16,12 @@
 #include "common/log.h"
 #include "data/pipeline.h"
 #include "data/transform_options.h"
-#include "models/onnx_export.h"
-#include "models/onnx_proto.h"
-#include "models/onnx_registry.h"
-#include "models/state_dict.h"
+#include "models/onnx/export.h"
+#include "models/onnx/proto.h"
+#include "models/registry.h"
 #include "models/torchscript.h"
 #include "models/torchscript_model.h"
+#include "models/weights/state_dict.h"
 #include "recipe/factory.h"
 #include "recipe/loaders.h"
 #include "recipe/tasks.h"
@@ -139,7 +139,7 @@ void check_format_options(const ExportRequest& r, ExportFormat format) {
                given.size() == 1 ? "it" : "them");
   STOKER_CHECK(!r.dtype || *r.dtype == "float32" || *r.dtype == "float16",
                "export --dtype {}: use float32 or float16", *r.dtype);
-  const int64_t newest = models::onnx_max_opset();
+  const int64_t newest = models::onnx::onnx_max_opset();
   STOKER_CHECK(!r.opset || (*r.opset >= 13 && *r.opset <= newest),
                "export --opset {}: Stoker writes ONNX opsets 13 to {} (the newest the ONNX library it was built with "
                "knows); 17, the default, suits ONNX Runtime 1.12+ and TensorRT 8.6+",
@@ -261,7 +261,7 @@ std::string export_torchscript(Export& x, const ExportRequest& r) {
 }
 
 std::string export_onnx_file(Export& x, const ExportRequest& r) {
-  models::OnnxExportOptions o;
+  models::onnx::OnnxExportOptions o;
   o.what = x.what;
   o.opset = r.opset.value_or(17);
   o.input_chw = {x.channels, x.size->height, x.size->width};
@@ -282,7 +282,7 @@ std::string export_onnx_file(Export& x, const ExportRequest& r) {
     o.metadata.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
   }
   int64_t folded = 0;
-  write_file_atomically(r.output, models::export_onnx(*x.model->model.ptr(), o, models::onnx_exporter_registry(), &folded));
+  write_file_atomically(r.output, models::onnx::export_onnx(*x.model->model.ptr(), o, models::onnx_exporter_registry(), &folded));
   return fmt::format("ONNX opset {}, {} weights, input [{}, {}, {}, {}] float32 {}, {} batch norm(s) folded", o.opset,
                      x.json["dtype"].get<std::string>(), r.dynamic_batch ? "batch" : "1", x.channels, x.size->height,
                      x.size->width, r.include_normalize ? "in [0, 1] (normalised inside)" : "normalised", folded);
@@ -314,7 +314,7 @@ ExportResult export_checkpoint(const ExportRequest& r) {
   out.model = r.output;
   out.metadata = fs::path(r.output.string() + ".json");
   if (format == ExportFormat::kStateDict) {
-    models::save_state_dict(*x.model->model.ptr(), r.output);
+    models::weights::save_state_dict(*x.model->model.ptr(), r.output);
     out.summary = "a state dict (torch.save format)";
     if (!x.size) {
       logger().warn("export: the input size is unknown (no --input-size, and the recipe's test data is not there); "

@@ -1,5 +1,5 @@
-// `trainer export`: a checkpoint's model written for deployment as ONNX (models/onnx_export.h),
-// TorchScript (models/torchscript.h) or a state dict (models/state_dict.h), the format named or
+// `trainer export`: a checkpoint's model written for deployment as ONNX (models/onnx/export.h),
+// TorchScript (models/torchscript.h) or a state dict (models/weights/state_dict.h), the format named or
 // taken from the output's extension; and beside every export `<output>.json`, what a deployment
 // needs to feed the model and read its answer (class names, mean, std, input size and channels,
 // input and output names). ONNX files carry the same entries in their metadata_props, TorchScript

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "models/key_pattern.h"
 #include "models/layer_groups.h"
 #include "models/registry.h"
+#include "models/weights/key_pattern.h"
 #include "trainer/freeze.h"
 
 namespace stoker {
@@ -25,7 +25,7 @@ RunParameters run_parameters(const Config& config, torch::nn::Module& model) {
   RunParameters out;
   std::vector<ParamInfo> params;
   for (size_t i = 0; i < names.size(); ++i) {
-    const bool frozen = config.freeze.enabled() && models::key_matches_any(config.freeze.patterns, names[i]);
+    const bool frozen = config.freeze.enabled() && models::weights::key_matches_any(config.freeze.patterns, names[i]);
     out.frozen += frozen ? 1 : 0;
     // Frozen for good: out of the optimizer. Frozen until an epoch: in its group, without a gradient.
     if (frozen && config.freeze.until_epoch == 0) {
@@ -33,7 +33,7 @@ RunParameters run_parameters(const Config& config, torch::nn::Module& model) {
       continue;
     }
     if (!frozen && !tensors[i].requires_grad()) continue;  // the model's own constants
-    params.push_back({names[i], tensors[i], layers.layer[i], models::key_matches_any(type.head_keys, names[i])});
+    params.push_back({names[i], tensors[i], layers.layer[i], models::weights::key_matches_any(type.head_keys, names[i])});
   }
   out.groups = plan_param_groups(config.optimizer, params, layers.num_layers, layers.layer_names);
   return out;

@@ -1,7 +1,7 @@
 // model.pretrained in a run: reading a weights file whatever it is — a torch.save state dict as
 // torchvision, timm and Lightning write it (or a training checkpoint holding one under state_dict,
 // model or module), a .safetensors file (the Hugging Face hub's), a Stoker checkpoint — and fitting
-// it into the freshly built model (models/pretrained.h: renames, skips, the re-initialised head).
+// it into the freshly built model (models/weights/pretrained.h: renames, skips, the re-initialised head).
 // A run resumed from a checkpoint never reads it: the checkpoint holds the weights (RunPlan::resuming).
 //
 //   model:
@@ -16,7 +16,7 @@
 
 #include <torch/nn/module.h>
 
-#include "models/torch_save.h"
+#include "models/weights/torch_save.h"
 #include "recipe/config.h"
 
 namespace stoker {
@@ -24,12 +24,12 @@ namespace stoker {
 // The named tensors of a weights file (any of the formats above), on the CPU. A file of any other
 // kind (a YAML, an image, a TorchScript network, a half-written .pt, torch.save's pre-1.6 format, a
 // pickled module) is an error naming the file, what it is and what to give instead.
-models::NamedTensors read_weights_file(const std::filesystem::path& file);
+models::weights::NamedTensors read_weights_file(const std::filesystem::path& file);
 
-// The state dict inside a torch.save file's object (read leniently: models/torch_save.h): the dict
+// The state dict inside a torch.save file's object (read leniently: models/weights/torch_save.h): the dict
 // itself when its values are tensors, else the dict of tensors under state_dict, model_state_dict,
 // model, module, net or network. `file` names it in errors.
-models::NamedTensors find_state_dict(const c10::IValue& value, const std::string& file);
+models::weights::NamedTensors find_state_dict(const c10::IValue& value, const std::string& file);
 
 // Loads config.pretrained into `model` (as make_model built it: on the CPU, in float32) and returns
 // the line the run logs: "model.pretrained: FILE (N tensors; head fc re-initialised for 10 classes)".

@@ -41,42 +41,61 @@ PrecisionDecision decide_for_ranks(const RunPlan& plan, const Distributed& distr
   return d;
 }
 
+// The plan's first step, shared by both: who and where (the rank of how many, on which device) and the
+// batch arithmetic checked.
+RunPlan start_plan(const Config& config, torch::Device device, int64_t rank, int64_t world_size) {
+  RunPlan plan;
+  plan.config = config;
+  plan.device = device;
+  plan.rank = rank;
+  plan.world_size = world_size;
+  plan.batches = checked_batches(config, world_size);
+  return plan;
+}
+
+// The next, once the training batches are known (a data set's or an application's source): optimizer
+// steps per epoch, the model's keys the input decides, cuDNN's autotuner for a fixed shape on CUDA.
+void plan_training_batches(RunPlan& plan, int64_t samples, int64_t batches_per_epoch, const data::InputShape& input) {
+  plan.train_samples = samples;
+  plan.batches_per_epoch = batches_per_epoch;
+  plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
+  plan.input = input;
+  models::resolve_model_options(plan.config.model, model_shape(plan.config, plan.input));
+  plan.cudnn_benchmark = plan.config.train.cudnn_benchmark && plan.device.is_cuda() && plan.input.fixed();
+}
+
+// The last: the precision decided and the YAML the run saves.
+void finish_plan(RunPlan& plan, PrecisionDecision precision) {
+  plan.precision = std::move(precision);
+  plan.config.train.precision = plan.precision.precision;
+  plan.yaml = config_to_yaml(plan.config);
+}
+
 }  // namespace
 
 RunPlan resolve_plan(const Config& config, const Distributed& distributed, const TrialBounds& bounds) {
-  RunPlan plan;
-  plan.config = config;
-  plan.device = distributed.device;
-  plan.rank = distributed.rank();
-  plan.world_size = distributed.world_size();
   // 1. The process: before anything is allocated for the device (pinned buffers, the model).
-  select_device(plan.device);
-  configure_threads(config.run.threads, config.data.workers, plan.device.is_cpu());
+  select_device(distributed.device);
+  configure_threads(config.run.threads, config.data.workers, distributed.device.is_cpu());
   torch::manual_seed(config.run.seed);
   // 2. The cheap checks, before any step is timed.
-  plan.batches = checked_batches(config, plan.world_size);
+  RunPlan plan = start_plan(config, distributed.device, distributed.rank(), distributed.world_size());
   plan.train_set = make_dataset(config, "train");
   if (config.data.num_classes == 0) {
     plan.config.data.num_classes = plan.train_set->num_classes();
     logger().info("data.num_classes: {}, from the training data", plan.config.data.num_classes);
   }
-  plan.train_samples = plan.train_set->size();
-  plan.batches_per_epoch = training_batches_per_epoch(plan.config, *plan.train_set, data_ranks(plan));
-  plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
-  plan.input = input_shape(plan.config, plan.train_set);
-  models::resolve_model_options(plan.config.model, model_shape(plan.config, plan.input));
+  plan_training_batches(plan, plan.train_set->size(),
+                        training_batches_per_epoch(plan.config, *plan.train_set, data_ranks(plan)),
+                        input_shape(plan.config, plan.train_set));
   // 3. cuDNN's autotuner before the trial, so that the trial's steps and the run's both tune.
-  plan.cudnn_benchmark = config.train.cudnn_benchmark && plan.device.is_cuda() && plan.input.fixed();
   at::globalContext().setBenchmarkCuDNN(plan.cudnn_benchmark);
   if (config.train.cudnn_benchmark && plan.device.is_cuda() && !plan.input.fixed()) {
     logger().info("train.cudnn_benchmark: off, because the training batches vary in shape");
   }
   check_stop_requested("the run's set-up");
-  // 4. The precision.
-  plan.precision = decide_for_ranks(plan, distributed, bounds);
-  plan.config.train.precision = plan.precision.precision;
-  // 5. What the run saves and logs.
-  plan.yaml = config_to_yaml(plan.config);
+  // 4. The precision, and 5. what the run saves and logs.
+  finish_plan(plan, decide_for_ranks(plan, distributed, bounds));
   return plan;
 }
 
@@ -88,26 +107,17 @@ RunPlan resolve_plan(const Config& config) {
 
 RunPlan plan_for_source(const Config& config, const data::BatchSource& train, torch::Device device,
                         int64_t world_size, int64_t rank) {
-  RunPlan plan;
-  plan.config = config;
-  plan.device = device;
-  plan.rank = rank;
-  plan.world_size = world_size;
-  plan.batches = checked_batches(config, world_size);
-  plan.train_samples = train.num_samples();
-  plan.batches_per_epoch = train.num_batches();
-  plan.steps_per_epoch = optimizer_steps_per_epoch(plan.batches_per_epoch, plan.batches.accumulate_steps);
-  plan.input = train.shape();
-  models::resolve_model_options(plan.config.model, model_shape(config, plan.input));
-  plan.cudnn_benchmark = config.train.cudnn_benchmark && device.is_cuda() && plan.input.fixed();
+  // The same sequence as resolve_plan's, with the source's batches for the data set's and nothing
+  // process-wide set.
+  RunPlan plan = start_plan(config, device, rank, world_size);
+  plan_training_batches(plan, train.num_samples(), train.num_batches(), train.shape());
+  PrecisionDecision precision;
+  precision.precision = config.train.precision;
   if (config.train.precision == Precision::kAuto) {
-    plan.precision = decide_precision(plan);
-    plan.precision.log();
-  } else {
-    plan.precision.precision = config.train.precision;
+    precision = decide_precision(plan);
+    precision.log();
   }
-  plan.config.train.precision = plan.precision.precision;
-  plan.yaml = config_to_yaml(plan.config);
+  finish_plan(plan, std::move(precision));
   return plan;
 }
 

@@ -1,4 +1,4 @@
-// What a `trainer` run records, wired from its plan (README "Watching a run"): the model's FLOPs and
+// What a `trainer` run records, wired from its plan (docs/runs.md, "Watching a run"): the model's FLOPs and
 // the device's peak (observe/efficiency.h), GPU telemetry (observe/telemetry.h) and the
 // MetricsLogger with the sinks logging.sinks lists (observe/sinks.h: metrics.jsonl, the console,
 // TensorBoard, MLflow, or an application's own).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -59,6 +60,16 @@ std::string error_of(F f) {
   }
   ADD_FAILURE() << "no stoker::Error thrown";
   return "";
+}
+
+// Every batch of epoch `epoch` of `source`, from batch `first` on: anything with start_epoch(epoch,
+// first) and a next() that returns an optional (a data::Loader, any data::BatchSource, a data::Sampler).
+template <typename Source>
+auto epoch_of(Source& source, int64_t epoch, int64_t first = 0) {
+  source.start_epoch(epoch, first);
+  std::vector<std::decay_t<decltype(*source.next())>> out;
+  while (auto b = source.next()) out.push_back(*b);
+  return out;
 }
 
 // A fresh folder under the system temp dir, removed when the object goes away.

@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "models/key_pattern.h"
+#include "models/weights/key_pattern.h"
 
 namespace stoker {
 
@@ -13,20 +13,20 @@ std::vector<std::string> frozen_parameter_names(torch::nn::Module& model, const 
   std::vector<std::string> names, matched;
   for (const auto& p : model.named_parameters()) {
     names.push_back(p.key());
-    if (models::key_matches_any(patterns, p.key())) matched.push_back(p.key());
+    if (models::weights::key_matches_any(patterns, p.key())) matched.push_back(p.key());
   }
-  const std::vector<std::string> unmatched = models::unmatched_patterns(patterns, names);
+  const std::vector<std::string> unmatched = models::weights::unmatched_patterns(patterns, names);
   STOKER_CHECK(unmatched.empty(),
                "model.freeze: {} match{} no parameter of the model, whose names are like {}; write patterns of "
                "those names (`layer1`, `conv1`, `*.bn1`)",
-               models::list_some(unmatched), unmatched.size() == 1 ? "es" : "", models::list_some(names, 5));
+               models::weights::list_some(unmatched), unmatched.size() == 1 ? "es" : "", models::weights::list_some(names, 5));
   return matched;
 }
 
 int64_t set_frozen(torch::nn::Module& model, const std::vector<std::string>& patterns, bool frozen) {
   int64_t changed = 0;
   for (auto& p : model.named_parameters()) {
-    if (!models::key_matches_any(patterns, p.key()) || p.value().requires_grad() == !frozen) continue;
+    if (!models::weights::key_matches_any(patterns, p.key()) || p.value().requires_grad() == !frozen) continue;
     p.value().set_requires_grad(!frozen);
     ++changed;
   }
@@ -37,7 +37,7 @@ void frozen_norms_to_eval(torch::nn::Module& model, const std::vector<std::strin
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     const auto buffers = item.value()->named_buffers(/*recurse=*/false);
     if (buffers.find("running_mean") == nullptr) continue;
-    if (models::key_matches_any(patterns, item.key() + ".running_mean")) item.value()->eval();
+    if (models::weights::key_matches_any(patterns, item.key() + ".running_mean")) item.value()->eval();
   }
 }
 

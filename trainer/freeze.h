@@ -1,6 +1,6 @@
 // Freezing part of a model while the rest trains (model.freeze, model.freeze_until_epoch), as
 // Lightning's BackboneFinetuning and timm's freeze do: the parameters the patterns match
-// (models/key_pattern.h) get no gradient (requires_grad off, so backward does not compute theirs)
+// (models/weights/key_pattern.h) get no gradient (requires_grad off, so backward does not compute theirs)
 // and so no optimizer update and no weight decay; the BatchNorm layers among them (modules with
 // running statistics) stay in eval mode, their running statistics frozen too, while the rest of the
 // model trains. With freeze_until_epoch N > 0 they train again from the start of the (N+1)-th epoch

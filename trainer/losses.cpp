@@ -61,24 +61,25 @@ torch::Tensor bce_loss(const torch::Tensor& logits, const torch::Tensor& target,
   return F::binary_cross_entropy_with_logits(logits, t);
 }
 
-Registry<LossType>& loss_registry() {
-  static Registry<LossType>* registry = [] {
-    auto* r = new Registry<LossType>("loss");
-    r->add("cross_entropy", {options_of<NoOptions>(), [](const TypeOptions&, double smoothing) -> LossFunction {
-                               return [smoothing](const torch::Tensor& logits, const torch::Tensor& target) {
-                                 return cross_entropy_loss(logits, target, smoothing);
-                               };
-                             }});
-    r->add("bce", {options_of<BceKeys>(), [](const TypeOptions& own, double smoothing) -> LossFunction {
-                     const double threshold = dynamic_cast<const BceKeys&>(own).target_threshold;
-                     return [smoothing, threshold](const torch::Tensor& logits, const torch::Tensor& target) {
-                       return bce_loss(logits, target, smoothing, threshold);
-                     };
-                   }});
-    return r;
-  }();
-  return *registry;
+namespace {
+
+void add_stoker_losses(Registry<LossType>& r) {
+  r.add("cross_entropy", {options_of<NoOptions>(), [](const TypeOptions&, double smoothing) -> LossFunction {
+                            return [smoothing](const torch::Tensor& logits, const torch::Tensor& target) {
+                              return cross_entropy_loss(logits, target, smoothing);
+                            };
+                          }});
+  r.add("bce", {options_of<BceKeys>(), [](const TypeOptions& own, double smoothing) -> LossFunction {
+                  const double threshold = dynamic_cast<const BceKeys&>(own).target_threshold;
+                  return [smoothing, threshold](const torch::Tensor& logits, const torch::Tensor& target) {
+                    return bce_loss(logits, target, smoothing, threshold);
+                  };
+                }});
 }
+
+}  // namespace
+
+Registry<LossType>& loss_registry() { return lazy_registry<LossType, add_stoker_losses>("loss"); }
 
 LossFunction make_loss(const TypedOptions& type, double label_smoothing) {
   return loss_registry().get(type.type()).make(type.options(), label_smoothing);

@@ -1,6 +1,7 @@
 // The training losses, as registered types (`loss.type` and its keys beside it): each turns float32
 // logits [N, C] and the batch's targets into a scalar. Targets are either class indices (int64 [N])
-// or soft targets (float [N, C], a probability distribution per row: what data.mixup hands out).
+// or soft targets (float [N, C], a probability distribution per row: what the mixup batch operation
+// of data.batch_ops hands out).
 //
 //   loss.type       on class indices                          on soft targets
 //   cross_entropy   cross-entropy with label smoothing         -sum(target * log_softmax(logits)) per
@@ -11,7 +12,7 @@
 //                   (timm BinaryCrossEntropy, the loss of "ResNet strikes back")
 //
 // Soft targets are used as they are: label smoothing is folded into them by whoever made them
-// (data.mixup, as timm's mixup_target does), never applied a second time.
+// (the mixup batch operation, as timm's mixup_target does), never applied a second time.
 #pragma once
 
 #include <functional>

@@ -1,6 +1,5 @@
 #include "trainer/trainer.h"
 
-#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -16,12 +15,8 @@
 #include "common/log.h"
 
 namespace stoker {
+using trace::now_s;
 namespace {
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& target) {
   return cross_entropy_loss(logits, target, 0.0);  // class indices or soft targets

@@ -135,7 +135,112 @@ struct BarNetOptions : stoker::TypeOptionsOf<BarNetOptions> {
   void visit(stoker::OptionsVisitor& v) override { v.field("filters", filters, stoker::rules::at_least(1)); }
 };
 
-// ---- 6. a batch operation and a metrics sink --------------------------------------------------------
+// The recipe. It could as well be a file (stoker::load_config); every key not given keeps its
+// default, and unknown keys or values are rejected here, before any work.
+constexpr const char* kConfig = R"(
+run: {seed: 7, device: auto}
+data:
+  type: bars                # the data set registered below
+  num_classes: 2
+  batch_size: 32
+  eval_batch_size: 500
+  mean: [0.35]              # per channel, on the 0..1 scale
+  std: [0.2]
+  bars: {train_samples: 2000, test_samples: 1000, side: 12}   # bars' own keys (BarsOptions)
+model:
+  type: bar_net             # the model registered below
+  filters: 8                # bar_net's own key (BarNetOptions)
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+schedule: {type: cosine}
+train: {epochs: 3}
+)";
+
+constexpr double kMustReach = 0.80;  // test accuracy that counts as "learned" (chance: 0.50)
+
+// ---- 3. register the application's parts by name, before the config names them -------------------
+void register_parts() {
+  stoker::data::dataset_registry().add(
+      "bars", {stoker::options_of<BarsOptions>(), [](const stoker::data::DatasetOptions& options) {
+                 return std::make_shared<BarsDataset>(options);
+               }});
+  stoker::models::model_registry().add(
+      "bar_net", stoker::models::model_type<BarNetOptions>(
+                     [](const BarNetOptions& o, const stoker::models::ModelShape& shape) {
+                       return BarNet(shape.in_channels, o.filters, shape.num_classes);
+                     }));
+}
+
+// ---- 4. everything the config describes, in one call: device, threads, seed, the registered data
+// set's loaders, the registered model and a Trainer with the config's optimizer, loss, schedule and
+// precision (stoker::run_training adds a run directory, logs, metrics and checkpoints), with a callback.
+//
+// Callbacks see every step and epoch; Stoker's own logging, metrics and checkpoints are callbacks
+// too (trainer/callbacks.h), and run_training() adds them. Here the application prints its own line.
+class PrintEpochs : public stoker::Callback {
+ public:
+  void on_epoch_end(stoker::Trainer& trainer, const stoker::EpochResult& r) override {
+    std::printf("epoch %lld/%lld: train loss %.4f, test loss %.4f, test accuracy %.1f%% (%.0f samples/s)\n",
+                static_cast<long long>(r.epoch + 1),
+                static_cast<long long>(trainer.options().epochs), r.train_loss, r.test.loss,
+                100.0 * r.test.top1, r.samples_per_s);
+    std::fflush(stdout);
+  }
+};
+
+// Whether it learned; `device` receives the device the run's plan chose.
+bool train_registered_parts(const stoker::Config& config, torch::Device& device) {
+  stoker::TrainingSetup setup = stoker::make_training(config);
+  device = setup.plan.device;
+  setup.trainer->add_callback(std::make_shared<PrintEpochs>());
+  const stoker::FitResult result = setup.trainer->fit();
+  const double accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test.top1;
+  std::printf("registered parts: test accuracy %.1f%% after %zu epoch(s) in %.1f s: %s\n", 100.0 * accuracy,
+              result.epochs.size(), result.seconds, accuracy >= kMustReach ? "learned" : "did NOT learn");
+  return accuracy >= kMustReach;
+}
+
+// ---- 5. the application's own model on tensors it holds, no evaluation source -------------------
+// `n` bars images as normalised float tensors [n, 1, side, side] and their labels: an application's
+// own data, already in memory (drawn by BarsDataset here, to have something learnable).
+std::pair<torch::Tensor, torch::Tensor> bars_tensors(int64_t n, int64_t side, uint64_t seed) {
+  stoker::data::DatasetOptions options;
+  options.split = "train";
+  options.num_classes = 2;
+  options.seed = seed;
+  BarsOptions own;
+  own.train_samples = n;
+  own.side = side;
+  options.own = stoker::TypedOptions("bars", std::make_unique<BarsOptions>(own));
+  const BarsDataset bars(options);
+  torch::Tensor images = torch::empty({n, 1, side, side});
+  torch::Tensor labels = torch::empty({n}, torch::kLong);
+  stoker::data::RawSample sample;
+  for (int64_t i = 0; i < n; ++i) {
+    bars.read(i, sample);
+    images[i][0] = torch::tensor(std::vector<float>(sample.image.pixels.begin(), sample.image.pixels.end()))
+                       .view({side, side}) / 255.0;
+    labels[i] = sample.label;
+  }
+  return {(images - 0.35) / 0.2, labels};
+}
+
+bool train_on_tensors(const stoker::Config& config, const torch::Device& device) {
+  auto [images, labels] = bars_tensors(2000, 12, /*seed=*/3);
+  auto data = std::make_shared<stoker::data::TensorBatches>(images, labels, 32, device);
+  auto trainer = stoker::make_trainer(config, torch::nn::AnyModule(BarNet(1, 8, 2)), data, nullptr, device);
+  trainer->fit();
+  // (Evaluated here by hand on fresh tensors: the Trainer had no evaluation source.)
+  auto [test_images, test_labels] = bars_tensors(1000, 12, /*seed=*/4);
+  stoker::data::TensorBatches test(test_images, test_labels, 500, device, /*shuffle=*/false);
+  trainer->module().eval();
+  const auto forward = [&](const torch::Tensor& x) { return trainer->forward(x); };
+  const double accuracy = stoker::evaluate_model(forward, test).top1;
+  std::printf("in-memory tensors: test accuracy %.1f%%: %s\n", 100.0 * accuracy,
+              accuracy >= kMustReach ? "learned" : "did NOT learn");
+  return accuracy >= kMustReach;
+}
+
+// ---- 6. the application's batch operation and metrics sink, configured from YAML, in a whole run ---
 // bar_noise adds Gaussian noise of `std` to every normalised training batch, on the device, drawn
 // from the batch's own seed (so that a resumed run sees the same noise).
 struct BarNoiseOptions : stoker::TypeOptionsOf<BarNoiseOptions> {
@@ -170,131 +275,47 @@ class EpochCsv : public stoker::MetricsSink {
   std::ofstream out_;
 };
 
-// ---- 4. a callback --------------------------------------------------------------------------------
-// Callbacks see every step and epoch; Stoker's own logging, metrics and checkpoints are callbacks
-// too (trainer/callbacks.h), and run_training() adds them. Here the application prints its own line.
-class PrintEpochs : public stoker::Callback {
- public:
-  void on_epoch_end(stoker::Trainer& trainer, const stoker::EpochResult& r) override {
-    std::printf("epoch %lld/%lld: train loss %.4f, test loss %.4f, test accuracy %.1f%% (%.0f samples/s)\n",
-                static_cast<long long>(r.epoch + 1),
-                static_cast<long long>(trainer.options().epochs), r.train_loss, r.test.loss,
-                100.0 * r.test.top1, r.samples_per_s);
-    std::fflush(stdout);
-  }
-};
-
-// The recipe. It could as well be a file (stoker::load_config); every key not given keeps its
-// default, and unknown keys or values are rejected here, before any work.
-constexpr const char* kConfig = R"(
-run: {seed: 7, device: auto}
-data:
-  type: bars                # the data set registered below
-  num_classes: 2
-  batch_size: 32
-  eval_batch_size: 500
-  mean: [0.35]              # per channel, on the 0..1 scale
-  std: [0.2]
-  bars: {train_samples: 2000, test_samples: 1000, side: 12}   # bars' own keys (BarsOptions)
-model:
-  type: bar_net             # the model registered below
-  filters: 8                # bar_net's own key (BarNetOptions)
-optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
-schedule: {type: cosine}
-train: {epochs: 3}
-)";
-
-// `n` bars images as normalised float tensors [n, 1, side, side] and their labels: an application's
-// own data, already in memory (drawn by BarsDataset here, to have something learnable).
-std::pair<torch::Tensor, torch::Tensor> bars_tensors(int64_t n, int64_t side, uint64_t seed) {
-  stoker::data::DatasetOptions options;
-  options.split = "train";
-  options.num_classes = 2;
-  options.seed = seed;
-  BarsOptions own;
-  own.train_samples = n;
-  own.side = side;
-  options.own = stoker::TypedOptions("bars", std::make_unique<BarsOptions>(own));
-  const BarsDataset bars(options);
-  torch::Tensor images = torch::empty({n, 1, side, side});
-  torch::Tensor labels = torch::empty({n}, torch::kLong);
-  stoker::data::RawSample sample;
-  for (int64_t i = 0; i < n; ++i) {
-    bars.read(i, sample);
-    images[i][0] = torch::tensor(std::vector<float>(sample.image.pixels.begin(), sample.image.pixels.end()))
-                       .view({side, side}) / 255.0;
-    labels[i] = sample.label;
-  }
-  return {(images - 0.35) / 0.2, labels};
+// Registers bar_noise and epoch_csv and runs the recipe with them; whether it learned and the sink
+// wrote one line per epoch.
+bool run_with_own_batch_op_and_sink() {
+  const auto describe_noise = [](const stoker::TypedOptions& o, const auto&) {
+    return "noise of std " + std::to_string(o.as<BarNoiseOptions>().std);
+  };
+  stoker::data::batch_op_registry().add("bar_noise", {stoker::options_of<BarNoiseOptions>(), bar_noise, describe_noise});
+  stoker::sink_registry().add("epoch_csv", {stoker::options_of<EpochCsvOptions>(),
+                                            [](const stoker::TypedOptions& o, const stoker::SinkContext& c) {
+                                              return std::make_shared<EpochCsv>(c.run_dir / o.as<EpochCsvOptions>().file);
+                                            }});
+  const std::filesystem::path runs = std::filesystem::temp_directory_path() / "stoker_embed_example_runs";
+  stoker::TrainRequest request;
+  request.config = stoker::parse_config(kConfig, "embed_example",
+                                        {"data.batch_ops=[{type: bar_noise, std: 0.1}]",
+                                         "logging.sinks=[{type: metrics_file}, {type: epoch_csv, file: epochs.csv}]",
+                                         "run.dir=" + runs.string(), "train.epochs=2"});
+  const stoker::TrainOutcome run = stoker::run_training(request);
+  std::ifstream csv(run.run_dir / "epochs.csv");
+  int lines = 0;
+  for (std::string line; std::getline(csv, line);) ++lines;
+  std::filesystem::remove_all(runs);
+  const bool ok = run.final_test.top1 >= kMustReach && lines == 2;
+  std::printf("own batch operation and sink: test accuracy %.1f%%, epochs.csv has %d line(s): %s\n",
+              100.0 * run.final_test.top1, lines, ok ? "ok" : "NOT ok");
+  return ok;
 }
-
-constexpr double kMustReach = 0.80;  // test accuracy that counts as "learned" (chance: 0.50)
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    // ---- 3. register the application's parts by name, before the config names them ----
-    stoker::data::dataset_registry().add(
-        "bars", {stoker::options_of<BarsOptions>(), [](const stoker::data::DatasetOptions& options) {
-                   return std::make_shared<BarsDataset>(options);
-                 }});
-    stoker::models::model_registry().add(
-        "bar_net", stoker::models::model_type<BarNetOptions>(
-                       [](const BarNetOptions& o, const stoker::models::ModelShape& shape) {
-                         return BarNet(shape.in_channels, o.filters, shape.num_classes);
-                       }));
-
+    register_parts();
     // The config, with the command line's key.path=value overrides applied and checked.
     const stoker::Config config =
         stoker::parse_config(kConfig, "embed_example", std::vector<std::string>(argv + 1, argv + argc));
-
-    // ---- 4. everything the config describes, in one call: device, threads, seed, the registered data
-    // set's loaders, the registered model and a Trainer with the config's optimizer, loss, schedule
-    // and precision (stoker::run_training adds a run directory, logs, metrics and checkpoints).
-    stoker::TrainingSetup setup = stoker::make_training(config);
-    setup.trainer->add_callback(std::make_shared<PrintEpochs>());
-    const stoker::FitResult result = setup.trainer->fit();
-    const double accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test.top1;
-    std::printf("registered parts: test accuracy %.1f%% after %zu epoch(s) in %.1f s: %s\n", 100.0 * accuracy,
-                result.epochs.size(), result.seconds, accuracy >= kMustReach ? "learned" : "did NOT learn");
-
-    // ---- 5. the application's own model on tensors it holds, no evaluation source ----
-    auto [images, labels] = bars_tensors(2000, 12, /*seed=*/3);
-    auto data = std::make_shared<stoker::data::TensorBatches>(images, labels, 32, setup.plan.device);
-    auto trainer = stoker::make_trainer(config, torch::nn::AnyModule(BarNet(1, 8, 2)), data, nullptr, setup.plan.device);
-    trainer->fit();
-    // (Evaluated here by hand on fresh tensors: the Trainer had no evaluation source.)
-    auto [test_images, test_labels] = bars_tensors(1000, 12, /*seed=*/4);
-    stoker::data::TensorBatches test(test_images, test_labels, 500, setup.plan.device, /*shuffle=*/false);
-    trainer->module().eval();
-    const double in_memory = stoker::evaluate_model([&](const torch::Tensor& x) { return trainer->forward(x); }, test).top1;
-    std::printf("in-memory tensors: test accuracy %.1f%%: %s\n", 100.0 * in_memory,
-                in_memory >= kMustReach ? "learned" : "did NOT learn");
-
-    // ---- 6. the application's batch operation and sink, configured from YAML, in a whole run ----
-    stoker::data::batch_op_registry().add("bar_noise", {stoker::options_of<BarNoiseOptions>(), bar_noise,
-                                                        [](const stoker::TypedOptions& o, const auto&) {
-                                                          return "noise of std " + std::to_string(o.as<BarNoiseOptions>().std);
-                                                        }});
-    stoker::sink_registry().add("epoch_csv", {stoker::options_of<EpochCsvOptions>(),
-                                              [](const stoker::TypedOptions& o, const stoker::SinkContext& c) {
-                                                return std::make_shared<EpochCsv>(c.run_dir / o.as<EpochCsvOptions>().file);
-                                              }});
-    const std::filesystem::path runs = std::filesystem::temp_directory_path() / "stoker_embed_example_runs";
-    stoker::TrainRequest request;
-    request.config = stoker::parse_config(kConfig, "embed_example",
-                                          {"data.batch_ops=[{type: bar_noise, std: 0.1}]",
-                                           "logging.sinks=[{type: metrics_file}, {type: epoch_csv, file: epochs.csv}]",
-                                           "run.dir=" + runs.string(), "train.epochs=2"});
-    const stoker::TrainOutcome run = stoker::run_training(request);
-    std::ifstream csv(run.run_dir / "epochs.csv");
-    int lines = 0;
-    for (std::string line; std::getline(csv, line);) ++lines;
-    std::filesystem::remove_all(runs);
-    std::printf("own batch operation and sink: test accuracy %.1f%%, epochs.csv has %d line(s): %s\n",
-                100.0 * run.final_test.top1, lines, run.final_test.top1 >= kMustReach && lines == 2 ? "ok" : "NOT ok");
-    return accuracy >= kMustReach && in_memory >= kMustReach && run.final_test.top1 >= kMustReach && lines == 2 ? 0 : 1;
+    torch::Device device(torch::kCPU);
+    const bool learned = train_registered_parts(config, device);
+    const bool learned_in_memory = train_on_tensors(config, device);
+    const bool own_parts = run_with_own_batch_op_and_sink();
+    return learned && learned_in_memory && own_parts ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "models/onnx_proto.h"
+#include "models/onnx/proto.h"
 #include "run_command.h"
 #include "test_util.h"
 
@@ -109,7 +109,7 @@ TEST_F(ExportCli, OnnxWithItsOptions) {
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_CONTAINS(ok.output, "ONNX opset 13, float16 weights, input [batch, 1, 12, 12] float32 in [0, 1] (normalised "
                              "inside), 6 batch norm(s) folded");
-  const models::OnnxModelSummary s = models::read_onnx_model(testing::read_bytes(out), out.string());
+  const models::onnx::OnnxModelSummary s = models::onnx::read_onnx_model(testing::read_bytes(out), out.string());
   EXPECT_EQ(s.opset, 13);
   EXPECT_EQ(s.ops.front(), "Sub");
   EXPECT_EQ(s.inputs[0].dims, (std::vector<int64_t>{-1, 1, 12, 12}));

@@ -42,6 +42,35 @@ TEST(Registry, UnknownNameListsKnownOnes) {
   }
 }
 
+int widget_fills = 0;
+void add_two_widgets(Registry<int>& r) {
+  ++widget_fills;
+  r.add("one", 1);
+  r.add("two", 2);
+}
+Registry<int>& widget_registry() { return lazy_registry<int, add_two_widgets>("widget"); }
+
+void add_no_gadgets(Registry<int>&) {}
+Registry<int>& gadget_registry() { return lazy_registry<int, add_no_gadgets>("gadget"); }
+
+TEST(LazyRegistry, FilledOnceOnFirstUseAndKeepsWhatIsAddedLater) {
+  EXPECT_EQ(widget_fills, 0);
+  EXPECT_EQ(widget_registry().names(), (std::vector<std::string>{"one", "two"}));
+  widget_registry().add("three", 3);
+  EXPECT_EQ(&widget_registry(), &widget_registry());
+  EXPECT_EQ(widget_fills, 1);
+  EXPECT_EQ(widget_registry().get("three"), 3);
+  // Another registry of the same entry type is another table, with its own kind in messages.
+  EXPECT_FALSE(gadget_registry().contains("one"));
+  try {
+    gadget_registry().get("one");
+    FAIL() << "a widget found among the gadgets";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown gadget type 'one'; known: ");
+  }
+  EXPECT_THROW(widget_registry().add("two", 22), Error);
+}
+
 TEST(ModelRegistry, BuildsCompactResNetAndAcceptsApplicationModels) {
   const models::ModelShape shape{3, 5};
   torch::nn::AnyModule model = models::create_model(models::compact_resnet({4, 8}, {1, 2}), shape);

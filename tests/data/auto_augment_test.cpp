@@ -123,12 +123,7 @@ LoaderOptions rand_augmenting(int64_t workers, bool augment) {
   return o;
 }
 
-std::vector<Batch> epoch_of(Loader& loader, int64_t epoch, int64_t first = 0) {
-  loader.start_epoch(epoch, first);
-  std::vector<Batch> out;
-  while (auto b = loader.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
 TEST(RandAugment, SameBatchesForZeroAndTwoWorkersAndAfterAMidEpochResume) {
   Loader inline_loader(rgb_ramp(48, 12), rand_augmenting(0, true));

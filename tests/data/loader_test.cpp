@@ -44,12 +44,7 @@ LoaderOptions plain(int64_t batch, int64_t channels = 1) {
   return o;
 }
 
-std::vector<Batch> epoch_of(Loader& loader, int64_t epoch, int64_t first = 0) {
-  loader.start_epoch(epoch, first);
-  std::vector<Batch> out;
-  while (auto b = loader.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
 // The sample indices of a batch, read back from the first pixel (requires no augmentation).
 std::vector<int64_t> ids(const Batch& b) {

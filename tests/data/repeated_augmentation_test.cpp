@@ -110,12 +110,7 @@ LoaderOptions augmenting(int64_t batch, int64_t repeats, int64_t workers) {
   return o;
 }
 
-std::vector<Batch> epoch_of(Loader& loader, int64_t epoch, int64_t first = 0) {
-  loader.start_epoch(epoch, first);
-  std::vector<Batch> out;
-  while (auto b = loader.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
 // Unshuffled with two repeats, batch b of two holds repeats 0 and 1 of sample b: their draws must
 // differ (the same seed would make their digests cancel to 0 and their pixels equal), and repeat 0

@@ -9,6 +9,7 @@
 
 #include "data/retunable_loader.h"
 #include "data/transform_options.h"
+#include "data/batch_util.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -124,21 +125,9 @@ LoaderOptions options(int64_t workers, int64_t size) {
   return o;
 }
 
-std::vector<Batch> rest_of_epoch(BatchSource& source, int64_t epoch, int64_t first_batch = 0) {
-  source.start_epoch(epoch, first_batch);
-  std::vector<Batch> out;
-  while (auto b = source.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
-void expect_same(const std::vector<Batch>& got, const std::vector<Batch>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t b = 0; b < want.size(); ++b) {
-    EXPECT_EQ(got[b].index, want[b].index) << what << ", batch " << b;
-    EXPECT_TRUE(torch::equal(got[b].input, want[b].input)) << what << ", batch " << b;
-    EXPECT_TRUE(torch::equal(got[b].target, want[b].target)) << what << ", batch " << b;
-  }
-}
+using testing::expect_same_batches;
 
 // Sizes 4, 6, 8 in epochs 0, 1, 2 (4 -> 8 over epochs 0..2 in steps of 2).
 TEST(RetunableLoaderResolution, EachEpochIsALoaderAtItsSizeWhateverTheWorkersAndTheStart) {
@@ -146,7 +135,7 @@ TEST(RetunableLoaderResolution, EachEpochIsALoaderAtItsSizeWhateverTheWorkersAnd
   std::vector<std::vector<Batch>> want;
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     Loader reference(images(), options(0, s.size_at(epoch)));
-    want.push_back(rest_of_epoch(reference, epoch));
+    want.push_back(epoch_of(reference, epoch));
     ASSERT_EQ(want.back().front().input.size(2), 4 + 2 * epoch);
   }
   for (int64_t workers : {0, 2}) {
@@ -154,7 +143,7 @@ TEST(RetunableLoaderResolution, EachEpochIsALoaderAtItsSizeWhateverTheWorkersAnd
     loader.set_resolution([s](int64_t e) { return s.size_at(e); }, crops());
     EXPECT_EQ(loader.resolution(), 4);
     for (int64_t epoch = 0; epoch < 3; ++epoch) {
-      expect_same(rest_of_epoch(loader, epoch), want[epoch], "epoch " + std::to_string(epoch));
+      expect_same_batches(epoch_of(loader, epoch), want[epoch], "epoch " + std::to_string(epoch));
       EXPECT_EQ(loader.out_height(), 4 + 2 * epoch);
       EXPECT_EQ(loader.resolution(), 4 + 2 * epoch);
     }
@@ -164,14 +153,14 @@ TEST(RetunableLoaderResolution, EachEpochIsALoaderAtItsSizeWhateverTheWorkersAnd
   RetunableLoader resumed(images(), options(2, s.size_at(0)));
   resumed.set_resolution([s](int64_t e) { return s.size_at(e); }, crops());
   const std::vector<Batch> tail(want[2].begin() + 3, want[2].end());
-  expect_same(rest_of_epoch(resumed, 2, 3), tail, "epoch 2 from batch 3");
+  expect_same_batches(epoch_of(resumed, 2, 3), tail, "epoch 2 from batch 3");
   // Workers changed mid-epoch keep the epoch's size.
   resumed.start_epoch(1);
   const auto first = resumed.next();
   resumed.set_workers(1, 2);
   std::vector<Batch> got{*first};
   while (auto b = resumed.next()) got.push_back(*b);
-  expect_same(got, want[1], "epoch 1 with a worker change");
+  expect_same_batches(got, want[1], "epoch 1 with a worker change");
 }
 
 }  // namespace

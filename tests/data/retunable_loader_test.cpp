@@ -9,6 +9,7 @@
 
 #include "data/resolution.h"
 #include "data/transform_options.h"
+#include "data/batch_util.h"
 #include "test_util.h"
 
 namespace stoker::data {
@@ -41,22 +42,9 @@ LoaderOptions options(int64_t workers) {
   return o;
 }
 
-template <typename Source>
-std::vector<Batch> epoch_of(Source& source, int64_t epoch) {
-  source.start_epoch(epoch);
-  std::vector<Batch> out;
-  while (auto b = source.next()) out.push_back(*b);
-  return out;
-}
+using testing::epoch_of;
 
-void expect_same(const std::vector<Batch>& got, const std::vector<Batch>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t b = 0; b < want.size(); ++b) {
-    EXPECT_EQ(got[b].index, want[b].index) << what << ", batch " << b;
-    EXPECT_TRUE(torch::equal(got[b].input, want[b].input)) << what << ", batch " << b;
-    EXPECT_TRUE(torch::equal(got[b].target, want[b].target)) << what << ", batch " << b;
-  }
-}
+using testing::expect_same_batches;
 
 TEST(RetunableLoader, ChangingWorkersMidEpochKeepsEveryBatch) {
   Loader reference(images(), options(0));
@@ -76,11 +64,11 @@ TEST(RetunableLoader, ChangingWorkersMidEpochKeepsEveryBatch) {
     if (c < changes.size()) loader.set_workers(changes[c].first, changes[c].second);
   }
   while (auto b = loader.next()) got.push_back(*b);
-  expect_same(got, want0, "epoch 0 with three worker changes");
+  expect_same_batches(got, want0, "epoch 0 with three worker changes");
   EXPECT_EQ(loader.options().workers, 0);
   // A change between epochs, then the next epoch.
   loader.set_workers(2, 2);
-  expect_same(epoch_of(loader, 1), want1, "epoch 1 with 2 workers");
+  expect_same_batches(epoch_of(loader, 1), want1, "epoch 1 with 2 workers");
   // Every batch handed out is counted once, whichever loader built it.
   const StageTimes t = loader.take_times();
   EXPECT_EQ(t.batches, 16);

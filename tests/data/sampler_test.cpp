@@ -17,12 +17,11 @@ std::vector<int64_t> samples_of(const SampledBatch& b) {
   return out;
 }
 
-// Every batch of `epoch`, flattened.
-std::vector<int64_t> epoch_of(Sampler& sampler, int64_t epoch, int64_t first = 0) {
-  sampler.start_epoch(epoch, first);
+// Every sample of `epoch`, from batch `first` on, flattened.
+std::vector<int64_t> samples_in_epoch(Sampler& sampler, int64_t epoch, int64_t first = 0) {
   std::vector<int64_t> out;
-  while (auto b = sampler.next()) {
-    for (int64_t s : samples_of(*b)) out.push_back(s);
+  for (const SampledBatch& b : testing::epoch_of(sampler, epoch, first)) {
+    for (int64_t s : samples_of(b)) out.push_back(s);
   }
   return out;
 }
@@ -43,7 +42,7 @@ TEST(Sampler, TheShuffleIsPinned) {
 TEST(Sampler, BatchesFollowDropLast) {
   Sampler dropping(10, SamplerOptions().set_batch_size(4));
   EXPECT_EQ(dropping.num_batches(), 2);
-  EXPECT_EQ(epoch_of(dropping, 0).size(), 8u);
+  EXPECT_EQ(samples_in_epoch(dropping, 0).size(), 8u);
   Sampler keeping(10, SamplerOptions().set_batch_size(4).set_drop_last(false));
   EXPECT_EQ(keeping.num_batches(), 3);
   keeping.start_epoch(0, 2);
@@ -56,7 +55,7 @@ TEST(Sampler, BatchesFollowDropLast) {
 
 TEST(Sampler, PositionIsSavedAndRestored) {
   Sampler a(50, SamplerOptions().set_batch_size(5).set_seed(3));
-  const auto full = epoch_of(a, 4);
+  const auto full = samples_in_epoch(a, 4);
   a.start_epoch(4);
   for (int k = 0; k < 3; ++k) (void)a.next();
   const SamplerPosition saved = a.position();
@@ -76,7 +75,7 @@ TEST(Sampler, ShardsCoverAnEpochExactlyOnce) {
   for (int64_t rank = 0; rank < 3; ++rank) {
     Sampler s(50, SamplerOptions().set_batch_size(4).set_drop_last(false).set_seed(9).set_rank(rank).set_world_size(3));
     EXPECT_EQ(s.num_samples(), rank < 2 ? 17 : 16);
-    for (int64_t id : epoch_of(s, 2)) seen.insert(id);
+    for (int64_t id : samples_in_epoch(s, 2)) seen.insert(id);
   }
   EXPECT_EQ(seen.size(), 50u);
   EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 50u);
@@ -96,7 +95,7 @@ TEST(Sampler, EvenShardsGiveEveryRankTheSameBatches) {
                         .set_even_shards(true));
       EXPECT_EQ(s.num_samples(), drop_last ? 16 : 17) << "rank " << rank;
       EXPECT_EQ(s.num_batches(), drop_last ? 4 : 5) << "rank " << rank;
-      for (int64_t id : epoch_of(s, 2)) seen.insert(id);
+      for (int64_t id : samples_in_epoch(s, 2)) seen.insert(id);
     }
     const std::set<int64_t> distinct(seen.begin(), seen.end());
     if (drop_last) {
@@ -264,9 +263,9 @@ TEST(SamplerShardWindow, StepsAreTheSameWhateverTheWorldSizeAndResumeIsExact) {
     EXPECT_EQ(global_steps(84, 1, 4, 3, true, base), reference) << "repeats " << repeats;
   }
   Sampler whole(84, windowed(3).set_batch_size(4));
-  const auto full = epoch_of(whole, 5);
+  const auto full = samples_in_epoch(whole, 5);
   Sampler resumed(84, windowed(3).set_batch_size(4));
-  EXPECT_EQ(epoch_of(resumed, 5, 7), std::vector<int64_t>(full.begin() + 28, full.end()));
+  EXPECT_EQ(samples_in_epoch(resumed, 5, 7), std::vector<int64_t>(full.begin() + 28, full.end()));
 }
 
 TEST(SamplerShardWindow, RejectsShardsThatDoNotCoverTheDataSet) {

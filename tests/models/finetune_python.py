@@ -1,4 +1,4 @@
-"""Python's side of the fine-tuning tests (tests/models/safetensors_test.cpp, pretrained tests,
+"""Python's side of the fine-tuning tests (tests/models/weights/safetensors_test.cpp, pretrained tests,
 tests/recipe/torchscript_run_test.cpp): files written by the libraries people fine-tune with, and
 checks of what Stoker writes.
 

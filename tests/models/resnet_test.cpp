@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "golden/resnet_golden.h"
-#include "models/torchvision_golden.h"
 #include "models/registry.h"
-#include "models/state_dict.h"
+#include "models/torchvision_golden.h"
+#include "models/weights/state_dict.h"
 #include "test_util.h"
 
 namespace stoker::models {
@@ -170,7 +170,7 @@ class ResNetPython : public TorchvisionPython {
 TEST_F(ResNetPython, LoadsTorchvisionWeightsAndMatchesItsLogits) {
   ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
   ResNet model = resnet18(10);
-  load_state_dict(*model, tmp_ / "torchvision_resnet18.pt");
+  weights::load_state_dict(*model, tmp_ / "torchvision_resnet18.pt");
   // The BN statistics came across too (the script ran 3 training-mode passes).
   EXPECT_EQ(state_map(*model).at("layer2.1.bn2.num_batches_tracked").item<int64_t>(), 3);
   model->eval();
@@ -188,7 +188,7 @@ TEST_F(ResNetPython, TorchvisionLoadsStokerWeightsAndMatchesOurLogits) {
     model->train();
     model->forward(torch::randn({4, 3, 64, 64}));
   }
-  save_state_dict(*model, tmp_ / "stoker_resnet18.pt");
+  weights::save_state_dict(*model, tmp_ / "stoker_resnet18.pt");
   ASSERT_NO_FATAL_FAILURE(run("check {dir}"));  // plain torch.load (weights_only=True), without a warning
   model->eval();
   torch::NoGradGuard no_grad;

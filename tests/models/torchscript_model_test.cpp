@@ -8,8 +8,8 @@
 #include <torch/torch.h>
 
 #include "models/registry.h"
-#include "models/state_dict.h"
-#include "models/torch_save.h"
+#include "models/weights/state_dict.h"
+#include "models/weights/torch_save.h"
 #include "test_util.h"
 
 namespace stoker::models {
@@ -50,7 +50,7 @@ TEST(TorchScriptModel, ItsParametersAndBuffersAreTheScriptsUnderTheirNames) {
   TempDir tmp;
   TorchScriptModel model(save(make_script(true), tmp / "net.pt").string(), 4);
   std::vector<std::string> names;
-  for (const auto& [k, v] : state_of(*model)) names.push_back(k);
+  for (const auto& [k, v] : weights::state_of(*model)) names.push_back(k);
   EXPECT_EQ(names, (std::vector<std::string>{"proj", "norm.weight", "norm.running_mean"}));
   // Shared, not copied: an optimizer step on the nn::Module's parameters changes the script's output.
   const torch::Tensor x = torch::randn({2, 3, 2, 2});
@@ -98,7 +98,7 @@ TEST(TorchScriptModel, BadFilesSignaturesAndClassCountsAreErrorsNamingTheFile) {
   EXPECT_CONTAINS(error_of([&] { TorchScriptModel((tmp / "recipe.yaml").string(), 4); }),
                   "recipe.yaml is a text file (it starts with \"data:\"), not a TorchScript module; save the network "
                   "in Python: torch.jit.script(model).save(FILE)");
-  testing::write_bytes(tmp / "weights.pt", torch_save_bytes({{"w", torch::ones({2})}}));
+  testing::write_bytes(tmp / "weights.pt", weights::torch_save_bytes({{"w", torch::ones({2})}}));
   EXPECT_CONTAINS(error_of([&] { TorchScriptModel((tmp / "weights.pt").string(), 4); }),
                   "weights.pt is a torch.save file, not a TorchScript module");
   EXPECT_CONTAINS(error_of([&] { TorchScriptModel((tmp / "none.pt").string(), 4); }), "none.pt is missing");

@@ -6,7 +6,7 @@
 
 #include "models/flops.h"
 #include "models/registry.h"
-#include "models/state_dict.h"
+#include "models/weights/state_dict.h"
 #include "recipe/config.h"
 
 namespace stoker::models::testing {
@@ -200,7 +200,7 @@ std::string TorchvisionPython::run(const std::string& arguments) {
 
 void FamilyPython::expect_loads_torchvision_weights(torch::nn::AnyModule& model, const std::string& arch) {
   ASSERT_NO_FATAL_FAILURE(run("make {dir}"));
-  load_state_dict(*model.ptr(), tmp_ / fmt::format("torchvision_{}.pt", arch));
+  weights::load_state_dict(*model.ptr(), tmp_ / fmt::format("torchvision_{}.pt", arch));
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
   expect_close(model.forward(read_tensor(tmp_ / fmt::format("input_{}.pt", arch))),
@@ -210,7 +210,7 @@ void FamilyPython::expect_loads_torchvision_weights(torch::nn::AnyModule& model,
 void FamilyPython::expect_torchvision_loads_ours(torch::nn::AnyModule& model, const std::string& arch) {
   ASSERT_NO_FATAL_FAILURE(run("make {dir}"));  // the input
   golden_fill(*model.ptr());
-  save_state_dict(*model.ptr(), tmp_ / fmt::format("stoker_{}.pt", arch));
+  weights::save_state_dict(*model.ptr(), tmp_ / fmt::format("stoker_{}.pt", arch));
   ASSERT_NO_FATAL_FAILURE(run("check {dir} " + arch));
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
@@ -225,7 +225,7 @@ torch::nn::AnyModule ten_classes(const std::string& type) { return create_model(
 void MobilePython::expect_loads_torchvision_weights(const std::string& type) {
   ASSERT_NO_FATAL_FAILURE(run("make {dir} " + type));
   torch::nn::AnyModule model = ten_classes(type);
-  load_state_dict(*model.ptr(), tmp_ / fmt::format("torchvision_{}.pt", type));
+  weights::load_state_dict(*model.ptr(), tmp_ / fmt::format("torchvision_{}.pt", type));
   // The calibrated statistics came across too (one train-mode pass).
   EXPECT_EQ(state_map(*model.ptr()).at("features.0.1.num_batches_tracked").item<int64_t>(), 1);
   model.ptr()->eval();
@@ -239,7 +239,7 @@ void MobilePython::expect_torchvision_loads_ours(const std::string& type) {
   torch::nn::AnyModule model = ten_classes(type);
   golden_fill(*model.ptr());
   calibrate(model, golden_batch({8, 3, 64, 64}, "calibration"));
-  save_state_dict(*model.ptr(), tmp_ / fmt::format("stoker_{}.pt", type));
+  weights::save_state_dict(*model.ptr(), tmp_ / fmt::format("stoker_{}.pt", type));
   ASSERT_NO_FATAL_FAILURE(run("check {dir} " + type));
   model.ptr()->eval();
   torch::NoGradGuard no_grad;

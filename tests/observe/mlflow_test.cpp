@@ -337,7 +337,7 @@ std::map<std::string, std::map<int64_t, double>> expected_metrics(const fs::path
 TEST_F(MlflowPython, TrainingRunReadBackWithMlflowsClientHoldsMetricsParamsArtifactsAndStatus) {
   TempDir data, runs;
   const TrainOutcome out = run_training(request(data.path(), runs.path(), 128, 2));
-  const Json found = read_runs("tiny");  // logging.mlflow.experiment defaults to run.name
+  const Json found = read_runs("tiny");  // the mlflow sink's experiment defaults to run.name
   ASSERT_EQ(found.size(), 1u) << found.dump();
   const Json& run = found[0];
   EXPECT_EQ(run["status"], "FINISHED");

@@ -126,8 +126,10 @@ TEST(ModernRecipe, OneEpochSmokeRun) {
   TrainRequest request;
   request.config = load_config(recipe, {"data.root=" + data.path().string(), "run.dir=" + runs.path().string(),
                                         "run.device=cpu", "run.threads=1", "train.epochs=1"});
-  ASSERT_TRUE(data::has_batch_op(request.config.data.batch_ops, "mixup"));
-  ASSERT_TRUE(data::has_batch_op(request.config.data.batch_ops, "random_erasing"));
+  const std::vector<TypedOptions>& ops = request.config.data.batch_ops;
+  ASSERT_EQ(ops.size(), 2u);
+  ASSERT_EQ(ops[0].type(), "random_erasing");
+  ASSERT_EQ(ops[1].type(), "mixup");
   const TrainOutcome out = run_training(request);
   EXPECT_EQ(out.state.epoch, 1);
   EXPECT_EQ(out.state.step, 2);

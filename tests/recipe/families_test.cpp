@@ -19,8 +19,8 @@
 #include "data/tensor_batches.h"
 #include "models/flops.h"
 #include "models/registry.h"
-#include "models/state_dict.h"
 #include "models/vit.h"
+#include "models/weights/state_dict.h"
 #include "recipe/export.h"
 #include "recipe/factory.h"
 #include "recipe/resolve.h"
@@ -185,7 +185,7 @@ TEST_P(FamilyRun, ExportsStateDictAndTorchScript) {
   e.output = runs_ / "weights.pth";
   export_checkpoint(e);
   torch::nn::AnyModule fresh = make_model(saved, {3});
-  models::load_state_dict(*fresh.ptr(), e.output);
+  models::weights::load_state_dict(*fresh.ptr(), e.output);
   fresh.ptr()->eval();
   EXPECT_TRUE(torch::allclose(fresh.forward(x), logits, 1e-5, 1e-5));
 

@@ -6,9 +6,9 @@
 #include <torch/torch.h>
 
 #include "models/compact_resnet.h"
-#include "models/safetensors.h"
-#include "models/state_dict.h"
-#include "models/torch_save.h"
+#include "models/weights/safetensors.h"
+#include "models/weights/state_dict.h"
+#include "models/weights/torch_save.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "test_config.h"
@@ -29,34 +29,34 @@ class PretrainedRun : public ::testing::Test {
     return c;
   }
   // A compact_resnet of the tiny config's shape for `classes` classes, its weights saved to `file`.
-  models::NamedTensors save_model(const fs::path& file, int64_t classes, int64_t seed) {
+  models::weights::NamedTensors save_model(const fs::path& file, int64_t classes, int64_t seed) {
     Config c = config();
     c.data.num_classes = classes;
     torch::manual_seed(seed);
     torch::nn::AnyModule m = models::create_model(c.model, {1, classes});
-    models::save_state_dict(*m.ptr(), file);
-    return models::state_of(*m.ptr());
+    models::weights::save_state_dict(*m.ptr(), file);
+    return models::weights::state_of(*m.ptr());
   }
   TempDir data_, runs_, files_;
 };
 
 TEST_F(PretrainedRun, EveryWeightsFormatReadsTheSameTensors) {
-  const models::NamedTensors want = save_model(files_ / "sd.pt", 10, 1);
-  testing::write_bytes(files_ / "w.safetensors", models::safetensors_bytes(want));
+  const models::weights::NamedTensors want = save_model(files_ / "sd.pt", 10, 1);
+  testing::write_bytes(files_ / "w.safetensors", models::weights::safetensors_bytes(want));
   // A Stoker checkpoint: a run's last.pt.
   TrainRequest request;
   request.config = config();
   const TrainOutcome out = run_training(request);
   const fs::path checkpoint = out.run_dir / "checkpoints/last.pt";
   for (const fs::path& file : {files_ / "sd.pt", files_ / "w.safetensors"}) {
-    const models::NamedTensors got = read_weights_file(file);
+    const models::weights::NamedTensors got = read_weights_file(file);
     ASSERT_EQ(got.size(), want.size()) << file;
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(got[i].first, want[i].first);
       EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << file << " " << want[i].first;
     }
   }
-  const models::NamedTensors from_checkpoint = read_weights_file(checkpoint);
+  const models::weights::NamedTensors from_checkpoint = read_weights_file(checkpoint);
   EXPECT_EQ(from_checkpoint.size(), want.size());
   // It loads into a new run's model: the line names the file and the tensors.
   Config c = config();
@@ -78,7 +78,7 @@ TEST_F(PretrainedRun, FilesThatAreNotWeightsAreNamedWithWhatTheyAre) {
                   "cat.jpg is a JPEG image, not weights");
   testing::write_png(files_ / "cat.png", 2, 2, 1, {0, 1, 2, 3});
   EXPECT_CONTAINS(error_of([&] { read_weights_file(files_ / "cat.png"); }), "cat.png is a PNG image, not weights");
-  const std::string full = models::torch_save_bytes({{"w", torch::ones({1000})}});
+  const std::string full = models::weights::torch_save_bytes({{"w", torch::ones({1000})}});
   EXPECT_CONTAINS(message("half.pt", full.substr(0, full.size() / 2)), "half.pt is a damaged or truncated zip archive");
   EXPECT_CONTAINS(message("empty.pt", ""), "empty.pt is empty (0 bytes)");
   EXPECT_CONTAINS(error_of([&] { read_weights_file(files_ / "absent.pth"); }),
@@ -86,7 +86,7 @@ TEST_F(PretrainedRun, FilesThatAreNotWeightsAreNamedWithWhatTheyAre) {
   EXPECT_CONTAINS(message("legacy.pth", std::string("\x80\x02\x8a\x0a", 4) + std::string(50, '\0')),
                   "legacy.pth is a Python pickle (torch.save's format before PyTorch 1.6, or pickle.dump), which "
                   "Stoker does not read; save it again in the zip format");
-  EXPECT_CONTAINS(message("nothing.pt", models::torch_save_bytes({})), "nothing.pt holds an empty dict, no weights");
+  EXPECT_CONTAINS(message("nothing.pt", models::weights::torch_save_bytes({})), "nothing.pt holds an empty dict, no weights");
 }
 
 TEST_F(PretrainedRun, AHeadForOtherClassesIsReinitialisedInOneLine) {
@@ -108,7 +108,7 @@ TEST_F(PretrainedRun, AHeadForOtherClassesIsReinitialisedInOneLine) {
 // The pretrained weights start a new run; a resumed run takes its weights from the checkpoint and
 // never opens the file (deleted here between the runs).
 TEST_F(PretrainedRun, ANewRunStartsFromTheFileAndItsResumeNeverReadsIt) {
-  const models::NamedTensors file = save_model(files_ / "pre.pt", 10, 5);
+  const models::weights::NamedTensors file = save_model(files_ / "pre.pt", 10, 5);
   Config c = config();
   c.pretrained.file = (files_ / "pre.pt").string();
   {
@@ -168,7 +168,7 @@ TEST(PretrainedPython, TorchvisionLightningTimmDdpAndSafetensorsFilesStartAFineT
   const Config c = parse_config("model: {type: resnet18}\ndata: {num_classes: 10, mean: [0.5, 0.5, 0.5], "
                                 "std: [0.2, 0.2, 0.2]}\n",
                                 "r.yaml");
-  const models::NamedTensors reference = read_weights_file(tmp / "tv_resnet18.pth");
+  const models::weights::NamedTensors reference = read_weights_file(tmp / "tv_resnet18.pth");
   for (const std::string name : {"tv_resnet18.pth", "lightning.ckpt", "timm_train.pth.tar", "ddp.pth",
                                  "tv_resnet18.safetensors"}) {
     SCOPED_TRACE(name);

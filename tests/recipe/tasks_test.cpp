@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "data/transform_options.h"
-#include "models/state_dict.h"
+#include "models/weights/state_dict.h"
 #include "recipe/factory.h"
 #include "recipe/run.h"
 #include "test_config.h"
@@ -126,7 +126,7 @@ TEST(Evaluate, PredictNamesClassesFromTheCheckpoint) {
   export_checkpoint(e);
   torch::nn::AnyModule from_checkpoint = make_model(request.config, {1}), from_export = make_model(request.config, {1});
   load_checkpoint(last, *from_checkpoint.ptr(), nullptr, torch::kCPU);
-  models::load_state_dict(*from_export.ptr(), e.output);
+  models::weights::load_state_dict(*from_export.ptr(), e.output);
   const auto want = from_checkpoint.ptr()->named_parameters(), got = from_export.ptr()->named_parameters();
   ASSERT_EQ(want.size(), got.size());
   for (const auto& item : want) EXPECT_TRUE(torch::equal(item.value(), got[item.key()])) << item.key();
