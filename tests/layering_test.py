@@ -3,10 +3,11 @@
 
 Each folder may include only itself and the folders before it in the dependency order
 
-    common -> kernels -> {data, models, optim} -> trainer -> observe -> recipe -> doctor -> apps
-    common -> distributed -> trainer
+    common -> kernels -> {data, models, optim} -> parallel -> trainer -> observe -> recipe -> doctor -> apps
+    common -> distributed -> parallel
 
-(data, models and optim are siblings: none includes another; distributed includes common only), and no two files may include each
+(data, models and optim are siblings: none includes another; distributed includes common only; parallel/,
+the data-parallel strategies, sits between the parts and the loop), and no two files may include each
 other in a circle. The build enforces the first as well (each folder's library target compiles
 against a view of the tree holding only the folders it may include); this names the file and line.
 
@@ -16,7 +17,7 @@ import pathlib
 import re
 import sys
 
-ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["trainer"], ["observe"],
+ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["parallel"], ["trainer"], ["observe"],
          ["recipe"], ["doctor"], ["apps"]]
 # What a folder may include beyond the order: distributed/ sits beside data/, models/ and optim/ but
 # knows nothing of kernels either (processes and collectives only).

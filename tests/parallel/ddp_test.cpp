@@ -12,6 +12,7 @@
 
 #include "data/tensor_batches.h"
 #include "distributed/thread_ranks.h"
+#include "parallel/strategy.h"
 #include "test_util.h"
 #include "trainer/trainer.h"
 
@@ -45,6 +46,12 @@ std::shared_ptr<data::TensorBatches> slices(const Data& d, int64_t rank, int64_t
     y.push_back(d.targets.narrow(0, b * kGlobalBatch + rank * per, per));
   }
   return std::make_shared<data::TensorBatches>(torch::cat(x), torch::cat(y), per, torch::kCPU, /*shuffle=*/false);
+}
+
+std::shared_ptr<parallel::Strategy> ddp(distributed::ProcessGroup& group) {
+  parallel::StrategyContext context;
+  context.group = testing::borrowed(group);
+  return parallel::make_strategy("ddp", context);
 }
 
 std::vector<Net> nets(int world) {
@@ -93,7 +100,7 @@ std::vector<RankEnd> train_with_one_poisoned_rank(bool nan_gradients) {
     p.loss = poisoned_loss(group.rank(), 1, nan_gradients);
     p.scaler = std::make_unique<GradScaler>(GradScalerOptions().with_init_scale(1024).with_growth_interval(1),
                                             torch::kCPU);
-    p.data_parallel = group.data_parallel(*model);
+    p.strategy = ddp(group);
     Trainer trainer(o, std::move(p), slices(d, group.rank(), 2));
     const FitResult result = trainer.fit();
     RankEnd& end = ends[rank];
@@ -126,6 +133,72 @@ TEST(DataParallelDecisions, ANonFiniteLossOnOneRankIsSkippedByEveryRankWithTheSa
 
 TEST(DataParallelDecisions, ANonFiniteLossWithFiniteGradientsOnOneRankIsSkippedByEveryRank) {
   expect_same_on_both_ranks(train_with_one_poisoned_rank(/*nan_gradients=*/false));
+}
+
+// Each step's logged loss (StepInfo::loss), read on rank 0.
+class LossLog : public Callback {
+ public:
+  void on_train_step_end(Trainer&, const StepInfo& info) override { losses.push_back(info.loss.item<double>()); }
+  std::vector<double> losses;
+};
+
+struct Logged {
+  std::vector<double> losses;
+  EpochResult epoch;
+};
+
+// `world` DDP ranks (or one process) on the same global batches; rank 0's logged losses and epoch.
+Logged train_and_log(int world) {
+  const Data d = data();
+  const std::vector<Net> models = nets(world);
+  Logged out;
+  std::mutex mutex;
+  const auto body = [&](int64_t rank, std::shared_ptr<parallel::Strategy> strategy) {
+    Net model = models[static_cast<size_t>(rank)];
+    TrainerOptions o;
+    o.epochs = 1;
+    o.batch_size = kGlobalBatch / world;
+    TrainerParts p;
+    p.model = torch::nn::AnyModule(model);
+    p.optimizer = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.5));
+    p.strategy = std::move(strategy);
+    Trainer trainer(o, std::move(p), slices(d, rank, world));
+    auto log = std::make_shared<LossLog>();
+    trainer.add_callback(log);
+    const FitResult result = trainer.fit();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (rank == 0) out = {log->losses, result.epochs.at(0)};
+  };
+  if (world == 1) {
+    body(0, nullptr);
+  } else {
+    testing::run_ranks(world, [&](distributed::ProcessGroup& group) { body(group.rank(), ddp(group)); });
+  }
+  return out;
+}
+
+// The logged step loss and the epoch's training numbers are the global batch's, as one process on the same
+// global batches logs them (issue 36: rank 0's own loss differed from step 1).
+TEST(DataParallelMetrics, TheLoggedLossAndTheEpochsNumbersAreTheGlobalBatchs) {
+  const Logged one = train_and_log(1), two = train_and_log(2);
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kBatches));
+  ASSERT_EQ(two.losses.size(), one.losses.size());
+  // A rank's half of the first global batch has a loss of its own, apart from the global one by more than
+  // the tolerance below: rank 0 logging its own would fail here.
+  {
+    torch::NoGradGuard no_grad;
+    const Data d = data();
+    Net initial = nets(1)[0];
+    const torch::Tensor x = d.inputs.narrow(0, 0, kGlobalBatch), y = d.targets.narrow(0, 0, kGlobalBatch);
+    const double half = torch::nn::functional::cross_entropy(initial(x.narrow(0, 0, kGlobalBatch / 2)),
+                                                             y.narrow(0, 0, kGlobalBatch / 2)).item<double>();
+    ASSERT_GT(std::abs(half - one.losses[0]), 1e-3) << "the test's data cannot tell the global loss from rank 0's";
+  }
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_NEAR(two.losses[i], one.losses[i], 1e-5 * std::max(1.0, std::abs(one.losses[i]))) << "step " << i + 1;
+  }
+  EXPECT_NEAR(two.epoch.train_loss, one.epoch.train_loss, 1e-5 * std::max(1.0, std::abs(one.epoch.train_loss)));
+  EXPECT_DOUBLE_EQ(two.epoch.train_top1, one.epoch.train_top1);  // counts of samples: exact
 }
 
 }  // namespace
