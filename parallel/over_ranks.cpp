@@ -1,6 +1,8 @@
 // The data-parallel strategies' shared answers (parallel/over_ranks.h).
 #include "parallel/over_ranks.h"
 
+#include <algorithm>
+
 #include <torch/torch.h>
 
 #include "common/log.h"

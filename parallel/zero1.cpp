@@ -7,6 +7,8 @@
 // parameters. A checkpoint is collective: rank 0 writes the optimizer state gathered from every rank.
 #include <algorithm>
 
+#include <torch/serialize/archive.h>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "parallel/over_ranks.h"
