@@ -103,6 +103,8 @@ def train(binary, recipe, sets, mode, out):
             "--set", "run.device=cpu", "--set", "run.threads=1", "--set", "train.epochs=1",
             "--set", "train.precision=fp32", "--set", "data.workers=0", "--set", "train.log_every_steps=1",
             "--set", "train.cuda_graph=false"]
+    if "one_cycle" not in recipe.read_text():  # a warm-up shorter than the one epoch (one_cycle has its own)
+        args += ["--set", "schedule.warmup_epochs=0.5"]
     for s in sets:
         args += ["--set", s]
     if mode == "zero1":
