@@ -27,7 +27,7 @@
 #include "recipe/factory.h"
 #include "recipe/join.h"
 #include "recipe/resolve.h"
-#include "trainer/sharded_optimizer.h"
+#include "parallel/sharded_optimizer.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ class Recorder : public stoker::Callback {
     seconds_ += info.step_seconds;
     if (!info.optimizer_step) return;
     std::vector<double> sums = {loss_sum_, samples_};
-    if (trainer.data_parallel() != nullptr) trainer.data_parallel()->sum(sums);
+    trainer.strategy().sum(sums);
     losses.push_back(sums[0] / sums[1]);
     step_ms.push_back(1e3 * seconds_);
     loss_sum_ = samples_ = seconds_ = 0;
@@ -59,11 +59,11 @@ double median_after_warmup(std::vector<double> v) {
 }
 
 void write_results(stoker::Trainer& trainer, const Recorder& recorder, const std::filesystem::path& out) {
-  const int64_t world = trainer.data_parallel() ? trainer.data_parallel()->world_size() : 1;
-  const int64_t rank = trainer.data_parallel() ? trainer.data_parallel()->rank() : 0;
+  const int64_t world = trainer.strategy().world_size();
+  const int64_t rank = trainer.strategy().rank();
   std::vector<double> bytes(static_cast<size_t>(world), 0.0);
-  bytes[static_cast<size_t>(rank)] = static_cast<double>(stoker::optimizer_state_bytes(trainer.optimizer()));
-  if (trainer.data_parallel() != nullptr) trainer.data_parallel()->sum(bytes);
+  bytes[static_cast<size_t>(rank)] = static_cast<double>(stoker::parallel::optimizer_state_bytes(trainer.optimizer()));
+  trainer.strategy().sum(bytes);
   if (rank != 0) return;
   std::filesystem::create_directories(out);
   std::ofstream losses(out / "losses.jsonl");

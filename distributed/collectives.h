@@ -1,6 +1,6 @@
 // Collective operations on tensors over the ranks of a run, in terms of tensors only (no c10d type
-// here): what SyncBatchNorm (trainer/sync_batchnorm.h), the sharded optimizer
-// (trainer/sharded_optimizer.h) and the evaluation's BatchNorm statistics (distributed.eval_bn) ask of
+// here): what SyncBatchNorm (parallel/sync_batchnorm.h), the sharded optimizer
+// (parallel/sharded_optimizer.h) and the evaluation's BatchNorm statistics (distributed.eval_bn) ask of
 // the process group. distributed::ProcessGroup implements it over c10d (Gloo on the CPU, NCCL on CUDA).
 //
 // Every rank must call the same collectives in the same order with tensors of the same shape and

@@ -1,6 +1,6 @@
 // models::BatchNorm2d: torch::nn::BatchNorm2d (the same options, parameters, buffers and names, so
 // weights and torchvision state dicts move as before) whose training forward can be handed to a
-// BatchNormSync. distributed.sync_batchnorm attaches one (trainer/sync_batchnorm.h) that normalises
+// BatchNormSync. distributed.sync_batchnorm attaches one (parallel/sync_batchnorm.h) that normalises
 // over the batches of every rank. Evaluation, and training without a sync attached, is
 // torch::nn::BatchNorm2d's own forward, bit for bit.
 //

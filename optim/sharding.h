@@ -1,4 +1,4 @@
-// What ZeRO-1 (distributed.shard_optimizer; trainer/sharded_optimizer.h) asks of an optimizer. It is
+// What ZeRO-1 (distributed.shard_optimizer; parallel/sharded_optimizer.h) asks of an optimizer. It is
 // built over each rank's pieces of the parameters (1-D slices of their memory, at most one per
 // parameter) and keeps state for those alone; for checkpoints, each piece's state is gathered into
 // the whole parameter's, and cut out of it again on resume, through the methods below. SGD and AdamW

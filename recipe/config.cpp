@@ -22,6 +22,7 @@
 #include "data/transform_options.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
+#include "parallel/strategy.h"
 #include "recipe/config_detail.h"
 #include "recipe/legacy_keys.h"
 #include "recipe/overrides.h"
@@ -196,6 +197,9 @@ void visit_train(Config& c, V& v) {
 
 template <typename V>
 void visit_distributed(Config& c, V& v) {
+  std::vector<std::string> strategies = {"auto"};
+  for (const auto& name : parallel::strategy_registry().names()) strategies.push_back(name);
+  v.field("strategy", c.distributed.strategy, one_of(strategies));
   v.field("sync_batchnorm", c.distributed.sync_batchnorm);
   v.field("eval_bn", c.distributed.eval_bn, one_of({"broadcast", "reduce"}));
   v.field("shard_optimizer", c.distributed.shard_optimizer);

@@ -42,13 +42,16 @@ struct RunOptions {
 // The distributed: section: what data-parallel training does beyond averaging gradients (run.distributed
 // decides whether a run joins its ranks at all). With one process none of it has anything to do.
 struct DistributedOptions {
-  // Every models::BatchNorm2d normalises over the batches of all ranks (trainer/sync_batchnorm.h).
+  // How the ranks train together (parallel/strategy.h, a registered type): auto (ddp, or zero1 with
+  // shard_optimizer: true; alone: single) | single | ddp | zero1.
+  std::string strategy = "auto";
+  // Every models::BatchNorm2d normalises over the batches of all ranks (parallel/sync_batchnorm.h).
   bool sync_batchnorm = false;
   // The BatchNorm running statistics before each evaluation: broadcast (rank 0's) | reduce (the mean
   // over the ranks), as timm's --dist-bn.
   std::string eval_bn = "broadcast";
   // ZeRO-1: each rank keeps and updates the optimizer state of 1/N of the parameters
-  // (trainer/sharded_optimizer.h).
+  // (parallel/sharded_optimizer.h). Kept for the recipes that say it: true means strategy: zero1.
   bool shard_optimizer = false;
 };
 

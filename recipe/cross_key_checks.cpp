@@ -40,23 +40,35 @@ void check_finetuning_keys(const Config& c, const ConfigFail& fail) {
 // The distributed: section and model.activation_checkpointing against the rest.
 void check_distributed_keys(const Config& c, const ConfigFail& fail) {
   const DistributedOptions& d = c.distributed;
-  if (c.run.distributed == "off" && (d.sync_batchnorm || d.shard_optimizer || d.eval_bn != "broadcast")) {
+  if (d.shard_optimizer && d.strategy != "auto" && d.strategy != "zero1") {
+    fail(fmt::format("distributed.shard_optimizer: true means distributed.strategy: zero1, but distributed.strategy is "
+                     "{}; keep one of them",
+                     d.strategy));
+  }
+  const bool sharded = d.shard_optimizer || d.strategy == "zero1";
+  // What the user wrote that asks for several ranks, for the messages.
+  const std::string asked = d.sync_batchnorm                           ? "distributed.sync_batchnorm"
+                            : d.shard_optimizer                        ? "distributed.shard_optimizer"
+                            : d.strategy != "auto" && d.strategy != "single" ? "distributed.strategy: " + d.strategy
+                            : d.eval_bn != "broadcast"                 ? "distributed.eval_bn: reduce"
+                                                                       : "";
+  if (c.run.distributed == "off" && !asked.empty()) {
     fail(fmt::format("{} needs data-parallel training, but run.distributed is off; set run.distributed: auto (and start "
                      "the ranks with torchrun or srun) or leave the distributed: section at its defaults",
-                     d.sync_batchnorm ? "distributed.sync_batchnorm" : d.shard_optimizer ? "distributed.shard_optimizer"
-                                                                                        : "distributed.eval_bn: reduce"));
+                     asked));
   }
+  const std::string sharding = d.shard_optimizer ? "distributed.shard_optimizer: true" : "distributed.strategy: zero1";
+  const std::string unsharded = d.shard_optimizer ? "distributed.shard_optimizer: false" : "distributed.strategy: ddp";
   const std::string& optimizer = c.optimizer.algorithm.type();
-  if (d.shard_optimizer && !optimizer_registry().get(optimizer).shardable) {
-    fail(fmt::format("distributed.shard_optimizer: true needs an optimizer that can update slices of parameters, and "
-                     "optimizer.type {} cannot (sgd, adamw and lamb can); change optimizer.type or set "
-                     "distributed.shard_optimizer: false",
-                     optimizer));
+  if (sharded && !optimizer_registry().get(optimizer).shardable) {
+    fail(fmt::format("{} needs an optimizer that can update slices of parameters, and optimizer.type {} cannot (sgd, "
+                     "adamw and lamb can); change optimizer.type or set {}",
+                     sharding, optimizer, unsharded));
   }
-  if (d.shard_optimizer && c.freeze.enabled()) {
-    fail("distributed.shard_optimizer shards the parameters that train when the run starts, and model.freeze changes "
-         "which do; fine-tune with model.freeze under plain data parallelism (distributed.shard_optimizer: false), or "
-         "leave model.freeze out");
+  if (sharded && c.freeze.enabled()) {
+    fail(fmt::format("{} shards the parameters that train when the run starts, and model.freeze changes which do; "
+                     "fine-tune with model.freeze under plain data parallelism ({}), or leave model.freeze out",
+                     sharding, unsharded));
   }
   if (c.activation_checkpointing.any() && c.train.cuda_graph) {
     fail("model.activation_checkpointing cannot be captured in a CUDA graph (its recomputation saves and restores the "

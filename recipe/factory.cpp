@@ -12,9 +12,8 @@
 #include "recipe/param_groups.h"
 #include "recipe/pretrained.h"
 #include "recipe/sizing.h"
+#include "parallel/strategy.h"
 #include "trainer/freeze.h"
-#include "trainer/sharded_optimizer.h"
-#include "trainer/sync_batchnorm.h"
 
 namespace stoker {
 namespace {
@@ -54,41 +53,43 @@ std::shared_ptr<data::BatchSource> training_source(const RunPlan& plan, const st
   return retunable;
 }
 
-// The data-parallel parts over `group`: SyncBatchNorm (distributed.sync_batchnorm), and DDP's gradient
-// all-reduce or ZeRO-1's sharded optimizer (distributed.shard_optimizer), which replaces the optimizer.
-void join_parts(const RunPlan& plan, TrainerParts& parts, distributed::ProcessGroup& group) {
-  const DistributedOptions& d = plan.config.distributed;
-  torch::nn::Module& model = *parts.model.ptr();
-  if (d.sync_batchnorm) {
-    const int64_t n = convert_sync_batchnorm(model, group.collectives());
-    logger().info("distributed.sync_batchnorm: {} batch norm(s) normalise over the batches of all {} ranks", n,
-                  group.world_size());
+// distributed.strategy as this run takes it: auto is ddp (zero1 with distributed.shard_optimizer: true,
+// said once); alone, single whatever was asked (saying so when it was more).
+std::string strategy_name(const DistributedOptions& d, bool joined) {
+  std::string name = d.strategy;
+  if (d.shard_optimizer) {  // the config refused it beside another strategy than auto or zero1
+    logger().info("distributed.shard_optimizer: true means distributed.strategy: zero1");
+    name = "zero1";
   }
-  if (!d.shard_optimizer) {
-    parts.data_parallel = group.data_parallel(model);
-    return;
+  if (!joined) {
+    if (d.sync_batchnorm || (name != "auto" && name != "single")) {
+      logger().info("distributed.{}: one process, nothing to {}", d.sync_batchnorm ? "sync_batchnorm" : "strategy",
+                    d.sync_batchnorm ? "synchronise (plain BatchNorm)"
+                                     : fmt::format("distribute ({}: the whole optimizer state here)", name));
+    }
+    return "single";
   }
-  std::shared_ptr<distributed::ShardedDataParallel> shards = group.sharded_data_parallel(model);
-  // The run's parameter groups (layer-wise learning rates, the head's scale: recipe/param_groups.h), pieces
-  // of each on this rank; model.freeze, which would change them, is refused with sharding (recipe/config.cpp).
-  parts.optimizer = make_sharded_optimizer(plan.config.optimizer, parts.model.ptr(), shards, plan.device,
-                                           run_parameters(plan.config, model).groups);
-  int64_t mine = 0, all = 0;
-  for (const auto& piece : shards->pieces()) mine += piece.tensor.numel();
-  for (const auto& p : shards->parameters()) all += p.numel();
-  logger().info("distributed.shard_optimizer: ZeRO-1 over {} ranks: this rank updates {} of the {} parameters ({:.1f}%) "
-                "and keeps their optimizer state; gradients reduce-scattered during backward, parameters all-gathered "
-                "after each step",
-                group.world_size(), mine, all, 100.0 * static_cast<double>(mine) / static_cast<double>(std::max<int64_t>(1, all)));
-  parts.data_parallel = std::move(shards);
+  return name == "auto" ? "ddp" : name;
 }
 
-// What the distributed: keys and model.activation_checkpointing do in a run of one process.
-void log_single_process(const Config& c) {
-  if (c.distributed.sync_batchnorm || c.distributed.shard_optimizer) {
-    logger().info("distributed.{}: one process, nothing to {}", c.distributed.sync_batchnorm ? "sync_batchnorm" : "shard_optimizer",
-                  c.distributed.sync_batchnorm ? "synchronise (plain BatchNorm)" : "shard (the whole optimizer state here)");
-  }
+// How the ranks train together (parallel/strategy.h), set up by the Trainer over the parts.
+std::shared_ptr<parallel::Strategy> make_run_strategy(const RunPlan& plan, torch::nn::Module& model,
+                                                      std::shared_ptr<distributed::ProcessGroup> group) {
+  const Config& c = plan.config;
+  parallel::StrategyContext context;
+  context.sync_batchnorm = c.distributed.sync_batchnorm;
+  context.eval_bn_reduce = c.distributed.eval_bn == "reduce";
+  // On the CPU a stop is agreed every step (a few microseconds of Gloo); on CUDA at the logging
+  // interval, where the host waits for the device anyway.
+  context.stop_check_every = plan.device.is_cuda() ? c.train.log_every_steps : 1;
+  // zero1's optimizer over this rank's pieces: the run's parameter groups (layer-wise learning rates, the
+  // head's scale: recipe/param_groups.h); model.freeze, which would change them, is refused with it.
+  const std::string name = strategy_name(c.distributed, group != nullptr);
+  context.optimizer = c.optimizer;
+  if (name == "zero1") context.groups = run_parameters(c, model).groups;
+  context.device = plan.device;
+  context.group = std::move(group);
+  return parallel::make_strategy(name, context);
 }
 
 }  // namespace
@@ -102,7 +103,6 @@ std::unique_ptr<Trainer> make_trainer(const RunPlan& plan, torch::nn::AnyModule 
   STOKER_CHECK(plan.config.train.precision != Precision::kAuto,
                "make_trainer: the plan's train.precision is still auto; resolve the plan first (resolve_plan)");
   check_model_sizes(plan.config, *model.ptr(), train->channels());
-  if (!group) log_single_process(plan.config);
   if (plan.config.activation_checkpointing.any()) {
     const auto blocks = models::checkpointable_blocks(*model.ptr());
     int64_t on = 0;
@@ -113,13 +113,11 @@ std::unique_ptr<Trainer> make_trainer(const RunPlan& plan, torch::nn::AnyModule 
   TrainerOptions options = trainer_options(plan);
   options.class_names = train->class_names();
   TrainerParts parts = make_parts(plan, std::move(model));
-  if (group) join_parts(plan, parts, *group);
+  parts.strategy = make_run_strategy(plan, *parts.model.ptr(), std::move(group));
   auto trainer = std::make_unique<Trainer>(std::move(options), std::move(parts), std::move(train), std::move(eval));
   if (plan.config.freeze.enabled()) {
-    // Released parts need their gradients synchronised too: a new synchronisation over them.
-    std::function<void(Trainer&)> resync;
-    if (group) resync = [group](Trainer& t) { t.set_data_parallel(group->data_parallel(t.module())); };
-    trainer->add_callback(std::make_shared<FreezeCallback>(plan.config.freeze, std::move(resync)));
+    // Released parts get their gradients synchronised by the strategy (Trainer::trainable_changed).
+    trainer->add_callback(std::make_shared<FreezeCallback>(plan.config.freeze));
   }
   STOKER_CHECK(trainer->steps_per_epoch() == plan.steps_per_epoch,
                "make_trainer: the training source gives {} optimizer steps per epoch, the plan {}; build the plan from "

@@ -32,10 +32,6 @@ TrainerOptions trainer_options(const RunPlan& plan) {
   o.grad_clip_norm = config.train.grad_clip_norm;
   o.cuda_graph = config.train.cuda_graph;
   o.device = plan.device;
-  // Data parallel: on the CPU a stop is agreed every step (a few microseconds of Gloo); on CUDA at the
-  // logging interval, where the host waits for the device anyway.
-  o.stop_check_every = plan.device.is_cuda() ? config.train.log_every_steps : 1;
-  o.eval_bn = config.distributed.eval_bn == "reduce" ? EvalBatchNorm::kReduce : EvalBatchNorm::kBroadcast;
   o.nonfinite = NonfiniteOptions()
                     .set_on_nonfinite(config.train.on_nonfinite)
                     .set_max_skips(config.train.max_nonfinite_skips)

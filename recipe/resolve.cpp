@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "parallel/strategy.h"
 #include "recipe/device.h"
 #include "models/registry.h"
 #include "recipe/loaders.h"
@@ -77,7 +78,9 @@ RunPlan resolve_plan(const Config& config, const Distributed& distributed, const
   // 1. The process: before anything is allocated for the device (pinned buffers, the model).
   select_device(distributed.device);
   configure_threads(config.run.threads, config.data.workers, distributed.device.is_cpu());
-  torch::manual_seed(config.run.seed);
+  // Each rank its own stream (run.seed + rank, as timm): dropout and drop path draw their masks from it,
+  // so the ranks do not draw the same masks for different samples; rank 0 and one process keep run.seed's.
+  torch::manual_seed(parallel::rank_seed(config.run.seed, distributed.rank()));
   // 2. The cheap checks, before any step is timed.
   RunPlan plan = start_plan(config, distributed.device, distributed.rank(), distributed.world_size());
   plan.train_set = make_dataset(config, "train");

@@ -298,7 +298,7 @@ std::shared_ptr<CheckpointCallback> add_run_callbacks(Trainer& trainer, const Ru
     check_stop_requested("counting the model's FLOPs (logging.flops)");
     checkpoints = std::make_shared<CheckpointCallback>(run_dir / "checkpoints", config.checkpoint);
     trainer.add_callback(checkpoints);
-  } else if (config.distributed.shard_optimizer && trainer.data_parallel() != nullptr) {
+  } else if (trainer.strategy().collective_checkpoint()) {
     // Each checkpoint gathers the sharded optimizer state on rank 0: this rank takes part, writing nothing.
     trainer.add_callback(std::make_shared<CheckpointCallback>(fs::path(), config.checkpoint));
   }

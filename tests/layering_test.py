@@ -3,10 +3,11 @@
 
 Each folder may include only itself and the folders before it in the dependency order
 
-    common -> kernels -> {data, models, optim} -> trainer -> observe -> recipe -> doctor -> {apps, python}
-    common -> distributed -> trainer
+    common -> kernels -> {data, models, optim} -> parallel -> trainer -> observe -> recipe -> doctor -> {apps, python}
+    common -> distributed -> parallel
 
-(data, models and optim are siblings: none includes another, nor do apps and python; distributed includes common only), and no two files may include each
+(data, models and optim are siblings: none includes another, nor do apps and python; distributed includes common
+only; parallel/, the data-parallel strategies, sits between the parts and the loop), and no two files may include each
 other in a circle. Inside models/, the rooms weights/ (weight files: pickle, torch.save, safetensors, state dicts,
 pretrained fitting, key patterns) and onnx/ (the ONNX graph, protobuf, exporters) include only themselves (and the
 folders before models/): the families in models/ include both, neither includes a family or the other room. The build enforces the first as well (each folder's library target compiles
@@ -18,7 +19,7 @@ import pathlib
 import re
 import sys
 
-ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["trainer"], ["observe"],
+ORDER = [["common"], ["kernels"], ["data", "models", "optim", "distributed"], ["parallel"], ["trainer"], ["observe"],
          ["recipe"], ["doctor"], ["apps", "python"]]
 # What a folder may include beyond the order: distributed/ sits beside data/, models/ and optim/ but
 # knows nothing of kernels either (processes and collectives only).

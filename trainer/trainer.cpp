@@ -23,8 +23,9 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
 }
 
 // Why the step cannot be a CUDA graph here, or nothing when it can.
-std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer, bool data_parallel) {
-  if (data_parallel) return "it does not support distributed training yet (the gradient all-reduce runs outside the graph)";
+std::string graph_obstacle(const TrainerOptions& o, torch::optim::Optimizer& optimizer,
+                           const parallel::Strategy& strategy) {
+  if (std::string why = strategy.graph_obstacle(); !why.empty()) return why;
   if (o.accumulate_steps != 1) return "it does not support gradient accumulation (train.accumulate_steps > 1)";
   if (o.nonfinite.on_nonfinite == OnNonfinite::kSkip) {
     return "train.on_nonfinite: skip decides on the host, step by step, whether to update (use stop)";
@@ -71,7 +72,7 @@ void check_model_placement(torch::nn::Module& model, const TrainerOptions& o) {
 // train.cuda_graph: the step captured once and replayed, with the hooks the optimizer and the loss
 // scaler need; disabled (saying why) when the configuration cannot be captured.
 std::unique_ptr<CudaGraphStep> make_graph_step(const TrainerOptions& options, torch::optim::Optimizer& optimizer,
-                                               GradScaler& scaler, bool data_parallel,
+                                               GradScaler& scaler, const parallel::Strategy& strategy,
                                                CudaGraphStep::StepFunction step) {
   CudaGraphStep::Hooks hooks;
   // Backward then allocates the gradients in the graph's pool, as static tensors of the graph; and
@@ -89,7 +90,7 @@ std::unique_ptr<CudaGraphStep> make_graph_step(const TrainerOptions& options, to
   // hold its last replay's and would be added to by the first warm-up step.
   hooks.before_release = [&optimizer] { optimizer.zero_grad(/*set_to_none=*/true); };
   auto graph = std::make_unique<CudaGraphStep>(options.device, std::move(step), std::move(hooks));
-  const std::string obstacle = graph_obstacle(options, optimizer, data_parallel);
+  const std::string obstacle = graph_obstacle(options, optimizer, strategy);
   if (!obstacle.empty()) graph->disable(obstacle);
   return graph;
 }
@@ -107,7 +108,7 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
       scaler_(std::move(parts.scaler)),
       schedule_(std::move(parts.schedule)),
       ema_(std::move(parts.ema)),
-      data_parallel_(std::move(parts.data_parallel)),
+      strategy_(parts.strategy ? std::move(parts.strategy) : parallel::make_strategy("single", {})),
       train_(std::move(train)),
       eval_(std::move(eval)),
       idle_(std::make_unique<GpuIdleMeter>(options_.device)) {
@@ -131,19 +132,10 @@ Trainer::Trainer(TrainerOptions options, TrainerParts parts, std::shared_ptr<dat
   train_correct_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   precision_summary_ = describe_precision(options_.precision);  // the run applies it (apply_global_precision)
   if (!scaler_) scaler_ = std::make_unique<GradScaler>(GradScalerOptions().with_enabled(false), options_.device);
-  for (const auto& group : optimizer_->param_groups()) {
-    for (const auto& p : group.params()) {
-      if (p.requires_grad()) params_.push_back(p);
-    }
-  }
-  sharded_ = dynamic_cast<ShardedOptimizer*>(optimizer_.get());
-  if (sharded_) {
-    STOKER_CHECK(data_parallel_.get() == &sharded_->shards(),
-                 "Trainer: a ShardedOptimizer needs its ShardedDataParallel as TrainerParts::data_parallel");
-    params_ = sharded_->pieces();  // this rank clips and checks the gradients it steps with
-  }
+  strategy_->setup(model_.ptr(), optimizer_);  // zero1: the optimizer over this rank's pieces
+  params_ = strategy_->stepped_parameters(*optimizer_);
   if (options_.cuda_graph) {
-    graph_ = make_graph_step(options_, *optimizer_, *scaler_, data_parallel_ != nullptr,
+    graph_ = make_graph_step(options_, *optimizer_, *scaler_, *strategy_,
                              [this](const torch::Tensor& input, const torch::Tensor& target) {
                                return step_function(input, target, 1, /*update=*/true);
                              });
@@ -170,19 +162,9 @@ double Trainer::lr_at(int64_t step) const {
 bool Trainer::graph_active() const { return graph_ && graph_->active(); }
 
 void Trainer::trainable_changed() {
-  params_.clear();
-  for (const auto& group : optimizer_->param_groups()) {
-    for (const auto& p : group.params()) {
-      if (p.requires_grad()) params_.push_back(p);
-    }
-  }
+  strategy_->parameters_changed(module());
+  params_ = strategy_->stepped_parameters(*optimizer_);
   if (graph_) graph_->recapture();
-}
-
-void Trainer::set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel) {
-  STOKER_CHECK(data_parallel_ != nullptr && data_parallel != nullptr,
-               "Trainer::set_data_parallel replaces the data-parallel part of a Trainer that has one");
-  data_parallel_ = std::move(data_parallel);
 }
 
 void Trainer::train_mode() {
@@ -219,21 +201,16 @@ void Trainer::backward(const torch::Tensor& loss, int64_t accumulate) {
 void Trainer::apply_update() {
   // A loss scaler looks for inf/NaN gradients itself (and skips those steps while it backs off).
   if (!scaler_->enabled()) watch_->note_gradients(params_);
-  if (sharded_) {  // each rank saw its pieces of the gradients: all agree on skipping or stopping
-    watch_->combine([this](torch::Tensor& flags) { data_parallel_->all_reduce({flags}, distributed::ReduceOp::kMax); });
-  }
+  // Every rank skips (or stops at) the same steps, whichever saw the inf/NaN: the loss scalers, which
+  // none of them updates at a skipped step, stay the same too.
+  watch_->combine([this](torch::Tensor& flags) { strategy_->reduce_decision(flags); });
   if (watch_->skip_this_step(place_)) {  // train.on_nonfinite: skip, and this step was not finite
     restore_buffers();
     return;
   }
   if (options_.grad_clip_norm > 0) {
     scaler_->unscale(*optimizer_);  // clip the true gradients, not the scaled ones
-    if (sharded_) {  // the global norm: the squared norms of every rank's pieces summed
-      clip_grad_norm(params_, options_.grad_clip_norm,
-                     [this](torch::Tensor& squared) { data_parallel_->all_reduce({squared}, distributed::ReduceOp::kSum); });
-    } else {
-      clip_grad_norm(params_, options_.grad_clip_norm);
-    }
+    strategy_->clip_gradients(params_, options_.grad_clip_norm);
   }
   scaler_->step(*optimizer_);
   scaler_->update();
@@ -256,11 +233,11 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
   }
   // Data parallel: the batch that ends an optimizer step all-reduces the gradients (mean over the
   // ranks) while backward runs; accumulation batches keep theirs local (DDP's no_sync).
-  if (data_parallel_) data_parallel_->before_backward(/*sync=*/update);
+  strategy_->before_backward(/*sync=*/update);
   {
     trace::Scope traced("backward");
     backward(loss, accumulate);
-    if (data_parallel_) data_parallel_->after_backward(/*sync=*/update);
+    strategy_->after_backward(/*sync=*/update);
   }
   if (update) {
     trace::Scope traced("optimizer");
@@ -272,11 +249,7 @@ torch::Tensor Trainer::step_function(const torch::Tensor& input, const torch::Te
 void Trainer::finish_optimizer_step() {
   // A replayed graph overwrites its static gradients; eager steps start from cleared ones (ZeRO-1's
   // in place: they are views into its buckets).
-  if (sharded_) {
-    sharded_->zero_gradients();
-  } else if (!graph_active()) {
-    optimizer_->zero_grad();
-  }
+  strategy_->zero_grad(*optimizer_, /*keep_tensors=*/graph_active());
   micro_batches_ = 0;
   ++state_.step;
   if (ema_) ema_->update(module());
@@ -366,17 +339,24 @@ std::optional<data::Batch> Trainer::next_batch() {
   return train_->next();
 }
 
+// What an epoch adds up as it trains, for its EpochResult (summarise_epoch).
+struct Trainer::EpochTally {
+  double start = 0;
+  // The mean training loss is over the batches whose loss was finite (train.on_nonfinite: skip).
+  torch::Tensor loss_sum, loss_count;
+  int64_t samples = 0;       // this rank's
+  double data_seconds = 0;
+  uint64_t step_digest = 0;  // of the batches since the last optimizer step
+};
+
 // Trains on the rest of epoch `epoch` (all of it, unless resuming mid-epoch) and fills the training
 // half of `er`; sets `interrupted` when a stop was requested at an optimizer-step boundary.
 void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
   const int64_t batches = train_->num_batches();
-  const double start = now_s();
-  // The mean training loss is over the batches whose loss was finite (train.on_nonfinite: skip).
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(options_.device));
-  torch::Tensor loss_count = torch::zeros({}, torch::TensorOptions().device(options_.device));
-  int64_t samples = 0;
-  double data_seconds = 0;
-  uint64_t step_digest = 0;  // of the batches since the last optimizer step
+  EpochTally tally;
+  tally.start = now_s();
+  tally.loss_sum = torch::zeros({}, torch::TensorOptions().device(options_.device));
+  tally.loss_count = torch::zeros({}, torch::TensorOptions().device(options_.device));
   idle_->new_epoch();
   train_correct_.zero_();
   while (true) {
@@ -390,15 +370,16 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.lr = lr_at(state_.step);
     const int64_t steps_before = state_.step;
     idle_->step_begin();
-    info.loss = train_step(*batch);
+    // The global batch's loss: the mean over the ranks' (data parallel), as one process logs it.
+    info.loss = strategy_->mean(train_step(*batch));
     idle_->step_end();
     info.optimizer_step = state_.step != steps_before;
     // Resume points are optimizer-step boundaries: gradients of a partial group are not saved.
     if (info.optimizer_step) state_.batch_in_epoch = batch->index + 1;
-    loss_sum += info.loss.nan_to_num(0.0, 0.0, 0.0);
-    loss_count += info.loss.isfinite();
-    samples += batch->size();
-    data_seconds += t1 - t0;
+    tally.loss_sum += info.loss.nan_to_num(0.0, 0.0, 0.0);
+    tally.loss_count += info.loss.isfinite();
+    tally.samples += batch->size();
+    tally.data_seconds += t1 - t0;
     info.epoch = epoch;
     info.batch = batch->index;
     info.batches = batches;
@@ -406,23 +387,30 @@ void Trainer::train_epoch(int64_t epoch, EpochResult& er, bool& interrupted) {
     info.samples = batch->size();
     info.data_seconds = t1 - t0;
     info.step_seconds = now_s() - t0;
-    info.samples_digest = (step_digest ^= batch->digest);
-    if (info.optimizer_step) step_digest = 0;
+    info.samples_digest = (tally.step_digest ^= batch->digest);
+    if (info.optimizer_step) tally.step_digest = 0;
     for (auto& cb : callbacks_) cb->on_train_step_end(*this, info);
     if (info.optimizer_step && state_.batch_in_epoch < batches && stop_agreed(state_.step, false)) {
       interrupted = true;
       return;
     }
   }
+  summarise_epoch(epoch, tally, er);
+}
+
+void Trainer::summarise_epoch(int64_t epoch, const EpochTally& tally, EpochResult& er) {
   watch_->check();  // before anything evaluates or saves the weights
-  const double seconds = now_s() - start;
+  const double seconds = now_s() - tally.start;
   er.epoch = epoch;
   er.nonfinite_skips = watch_->take_skips();
-  const double counted = loss_count.item<double>();
-  er.train_loss = counted > 0 ? loss_sum.item<double>() / counted : NAN;
-  er.train_top1 = samples > 0 ? train_correct_.item<double>() / static_cast<double>(samples) : NAN;
-  er.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
-  er.data_wait = seconds > 0 ? data_seconds / seconds : 0;
+  const double counted = tally.loss_count.item<double>();
+  er.train_loss = counted > 0 ? tally.loss_sum.item<double>() / counted : NAN;  // of the global batches' losses
+  // The training top-1 over every rank's samples, as one process counts it.
+  std::vector<double> top1 = {train_correct_.item<double>(), static_cast<double>(tally.samples)};
+  strategy_->sum(top1);
+  er.train_top1 = top1[1] > 0 ? top1[0] / top1[1] : NAN;
+  er.samples_per_s = seconds > 0 ? static_cast<double>(tally.samples) / seconds : 0;
+  er.data_wait = seconds > 0 ? tally.data_seconds / seconds : 0;
   er.stages = train_->take_times();
   if (scaler_->enabled()) {
     er.loss_scale = scaler_->scale_value();
@@ -439,7 +427,7 @@ FitResult Trainer::fit() {
                state_.batch_in_epoch, train_->num_batches());
   for (auto& cb : callbacks_) cb->on_fit_start(*this);
   while (state_.epoch < options_.epochs && !result.interrupted) {
-    if (!data_parallel_ && stop_requested_.load()) {  // data parallel: agreed after the last epoch
+    if (stop_agreed(state_.step, /*epoch_end=*/false)) {  // a stop requested before the epoch
       result.interrupted = true;
       break;
     }
@@ -473,22 +461,11 @@ FitResult Trainer::fit() {
   return result;
 }
 
-std::vector<bool> Trainer::agree(const std::vector<bool>& flags) {
-  if (!data_parallel_) return flags;
-  std::vector<double> sums;
-  for (const bool f : flags) sums.push_back(f ? 1.0 : 0.0);
-  data_parallel_->sum(sums);
-  std::vector<bool> any;
-  for (const double n : sums) any.push_back(n > 0);
-  return any;
-}
-
 bool Trainer::stop_agreed(int64_t step, bool epoch_end) {
-  if (!data_parallel_) return stop_requested_.load();
-  if (!epoch_end && step % std::max<int64_t>(1, options_.stop_check_every) != 0) return false;
+  if (!epoch_end && !strategy_->decision_due(step)) return false;
   // At the end of an epoch, early stopping too: each rank decided on the same all-reduced evaluation,
   // but one that did not must not train on alone.
-  const std::vector<bool> agreed = agree({stop_requested_.load(), epoch_end && finish_requested_.load()});
+  const std::vector<bool> agreed = strategy_->any({stop_requested_.load(), epoch_end && finish_requested_.load()});
   if (agreed[1]) finish_requested_.store(true);
   if (agreed[0]) stop_requested_.store(true);
   return agreed[0];

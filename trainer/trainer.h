@@ -30,15 +30,14 @@
 #include <torch/optim/optimizer.h>
 
 #include "data/batch_source.h"
-#include "distributed/data_parallel.h"
 #include "optim/ema.h"
 #include "optim/grad_scaler.h"
+#include "parallel/strategy.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
 #include "trainer/losses.h"
 #include "trainer/nonfinite.h"
 #include "trainer/precision.h"
-#include "trainer/sharded_optimizer.h"
 
 namespace stoker {
 
@@ -68,10 +67,6 @@ struct FitResult {
   double seconds = 0;
 };
 
-// distributed.eval_bn: how the ranks' BatchNorm running statistics are made the same before an
-// evaluation: rank 0's everywhere (broadcast), or their mean over the ranks (reduce; timm's --dist-bn).
-enum class EvalBatchNorm { kBroadcast, kReduce };
-
 // What the loop itself needs to know; everything else comes with the parts.
 struct TrainerOptions {
   int64_t epochs = 10;
@@ -83,10 +78,6 @@ struct TrainerOptions {
   torch::Device device = torch::kCPU;
   // What an inf/NaN loss, gradient or weight does: stop the run (default) or skip the step.
   NonfiniteOptions nonfinite;
-  // Data parallel: how often (in optimizer steps) the ranks agree on stop requests (a signal on any
-  // rank stops all at the same step); each check is a small all-reduce that waits for the step.
-  int64_t stop_check_every = 1;
-  EvalBatchNorm eval_bn = EvalBatchNorm::kBroadcast;  // data parallel: before each evaluation
   // Saved in checkpoints beside the weights (the resolved config, for `trainer predict`).
   std::string config_yaml;
   std::vector<std::string> class_names;  // by label, also saved in checkpoints; empty: none known
@@ -106,11 +97,10 @@ struct TrainerParts {
   std::unique_ptr<GradScaler> scaler;  // empty: no loss scaling
   LrSchedule schedule;                 // empty: the optimizer's learning rate, unchanged
   std::unique_ptr<ModelEma> ema;       // empty: no EMA of the weights
-  // Data-parallel training (distributed::ProcessGroup::data_parallel): the last batch of each optimizer
-  // step all-reduces its gradients during backward; evaluation sums over the ranks' shards. ZeRO-1
-  // (ProcessGroup::sharded_data_parallel) with a ShardedOptimizer over it (trainer/sharded_optimizer.h)
-  // as the optimizer: gradients reduce-scattered, each rank stepping its pieces.
-  std::shared_ptr<distributed::DataParallel> data_parallel;  // empty: one process
+  // How the ranks train together (parallel/strategy.h: ddp, zero1), or one process (single). The
+  // Trainer asks it every question of the world (gradient sync, reductions, decisions, the optimizer
+  // state to save) and sets it up first (zero1 replaces the optimizer by its sharded one).
+  std::shared_ptr<parallel::Strategy> strategy;  // empty: single
 };
 
 class Trainer;
@@ -176,7 +166,7 @@ class Trainer {
   // Trains from state() to the last epoch, evaluating after each epoch.
   FitResult fit();
   // Asks fit() to stop after the current step (safe from a signal handler or another thread). Data
-  // parallel: all ranks stop at the first step after it where they agree (options.stop_check_every),
+  // parallel: all ranks stop at the first step after it where they agree (Strategy::decision_due),
   // and early stopping (request_finish) is agreed at the end of the epoch.
   void request_stop() { stop_requested_.store(true); }
   // Asks fit() to end after the current epoch as a finished run, not an interrupted one (early
@@ -190,17 +180,16 @@ class Trainer {
   void check_finite();
 
   // Call after changing which of the optimizer's parameters require gradients (freezing or releasing
-  // part of the model, trainer/freeze.h): the clipping and inf/NaN checks take the new set, and a
-  // captured CUDA graph (whose backward computed the old set's gradients) is captured again.
+  // part of the model, trainer/freeze.h): the clipping and inf/NaN checks take the new set, the strategy
+  // synchronises it (ddp: a new Reducer), and a captured CUDA graph (whose backward computed the old
+  // set's gradients) is captured again.
   void trainable_changed();
-  // Replaces the data-parallel part (data parallel: a new gradient synchronisation over the parameters
-  // that now require gradients, made by the process group after trainable_changed()).
-  void set_data_parallel(std::shared_ptr<distributed::DataParallel> data_parallel);
 
   // ---- checkpoints ----
   // Refuses (NonfiniteError) to write a checkpoint after a non-finite step or of non-finite weights.
-  // With a sharded optimizer every rank must call it at once (the optimizer state is gathered on rank
-  // 0, which alone writes `path`; the others write nothing and may pass an empty path).
+  // When the strategy's checkpoints are collective (zero1) every rank must call it at once (the optimizer
+  // state is gathered on rank 0, which alone writes `path`; the others write nothing and may pass an
+  // empty path).
   void save_checkpoint(const std::filesystem::path& path);
   // Restores model, optimizer, loss scaler, EMA, RNG state and state() from a checkpoint. Without
   // `optimizer_state` the optimizer keeps its fresh state (a run resumed with another optimizer.type).
@@ -223,8 +212,8 @@ class Trainer {
   int64_t total_steps() const { return steps_per_epoch() * options_.epochs; }
   // The EMA of the weights; nullptr without one.
   ModelEma* ema() { return ema_.get(); }
-  // The data-parallel part; nullptr when training alone.
-  distributed::DataParallel* data_parallel() { return data_parallel_.get(); }
+  // How the ranks train together (single when alone).
+  parallel::Strategy& strategy() { return *strategy_; }
   // Whether training steps run as a replayed CUDA graph (after the warm-up steps).
   bool graph_active() const;
   // The learning rate for optimizer step `step` (0-based) under the schedule.
@@ -245,14 +234,15 @@ class Trainer {
   torch::Tensor eager_step(const data::Batch& batch, int64_t accumulate);
   // The step as a warm-up, capture or replay of the CUDA graph; nothing when it must run eagerly.
   std::optional<torch::Tensor> graphed_step(const data::Batch& batch);
+  struct EpochTally;  // what an epoch adds up as it trains
   void train_epoch(int64_t epoch, EpochResult& result, bool& interrupted);
+  void summarise_epoch(int64_t epoch, const EpochTally& tally, EpochResult& result);
   std::optional<data::Batch> next_batch();  // the training source's next batch, traced
-  // Whether to stop after optimizer step `step`: the request as it is alone; data parallel, the ranks'
-  // requests combined at every stop_check_every-th step (and at `epoch_end`), false in between.
+  // Whether to stop after optimizer step `step`: the ranks' requests combined where the strategy
+  // agrees on them (alone: every step; data parallel: every stop_check_every-th and at `epoch_end`),
+  // false in between.
   bool stop_agreed(int64_t step, bool epoch_end);
   void train_mode();  // the model in training mode, then the callbacks' on_model_train
-  // Data parallel: whether any rank asks for each of `flags` (a small all-reduce); alone: `flags`.
-  std::vector<bool> agree(const std::vector<bool>& flags);
   std::vector<CheckpointPart> checkpoint_parts();
   void check_weights_finite();  // throws NonfiniteError when a weight (or its EMA) is inf/NaN
   void save_buffers();     // train.on_nonfinite: skip: the module's buffers before a step
@@ -265,7 +255,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   LrSchedule schedule_;
   std::unique_ptr<ModelEma> ema_;
-  std::shared_ptr<distributed::DataParallel> data_parallel_;
+  std::shared_ptr<parallel::Strategy> strategy_;
   std::shared_ptr<data::BatchSource> train_, eval_;
   std::unique_ptr<CudaGraphStep> graph_;
   std::unique_ptr<GpuIdleMeter> idle_;
@@ -275,7 +265,6 @@ class Trainer {
   // The optimizer's parameters that require gradients (ZeRO-1: this rank's pieces), for clipping and
   // the inf/NaN checks.
   std::vector<torch::Tensor> params_;
-  ShardedOptimizer* sharded_ = nullptr;  // optimizer_, when it is sharded (ZeRO-1)
   TrainState state_;
   std::string precision_summary_;
   int64_t micro_batches_ = 0;  // batches backpropagated since the last optimizer step

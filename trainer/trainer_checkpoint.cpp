@@ -41,16 +41,11 @@ void Trainer::check_weights_finite() {
 void Trainer::save_checkpoint(const std::filesystem::path& path) {
   check_finite();
   check_weights_finite();
-  if (sharded_ && data_parallel_->rank() != 0) {
-    // Rank 0 writes, the optimizer state gathered there from every rank's pieces, this one's too.
-    torch::serialize::OutputArchive unused;
-    optimizer_->save(unused);
-    return;
-  }
+  if (!strategy_->prepare_checkpoint(*optimizer_)) return;  // zero1: rank 0 writes, this rank's state too
   STOKER_CHECK(!path.empty(), "Trainer::save_checkpoint: no path to write the checkpoint to");
   CheckpointContent content;
   content.state = state_;
-  content.state.world_size = data_parallel_ ? data_parallel_->world_size() : 1;
+  content.state.world_size = strategy_->world_size();
   content.state.batch_size = options_.batch_size;
   content.state.accumulate_steps = options_.accumulate_steps;
   content.config_yaml = options_.config_yaml;
@@ -67,13 +62,14 @@ void Trainer::load_checkpoint(const std::filesystem::path& path, bool optimizer_
       path, module(), optimizer_state ? optimizer_.get() : nullptr, options_.device, checkpoint_parts());
   // Stopped on N ranks, resumed on M: the same samples follow (the global batch is cut the same way).
   content.state.batch_in_epoch =
-      resumed_batch_in_epoch(content.state, data_parallel_ ? data_parallel_->world_size() : 1, options_.batch_size,
+      resumed_batch_in_epoch(content.state, strategy_->world_size(), options_.batch_size,
                              options_.accumulate_steps, path.string());
   STOKER_CHECK(content.state.batch_in_epoch <= train_->num_batches(),
                "checkpoint {} stopped at batch {} of an epoch, but epochs now have {} batches; resume "
                "with the data.batch_size and data set the run was started with",
                path.string(), content.state.batch_in_epoch, train_->num_batches());
   state_ = content.state;
+  strategy_->generators_restored();  // the checkpoint's are rank 0's: every other rank draws its own again
   match_state_layout(*optimizer_);  // the run may be resumed with train.channels_last toggled
   // A captured step reads the optimizer state, the loss scale and the gradients it held at capture
   // time; loading replaced some of them (issue 33, G27): the next step captures again.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include <torch/types.h>
@@ -19,5 +20,11 @@ namespace stoker::testing {
 void run_ranks(int world, const std::function<void(distributed::ProcessGroup& group)>& rank_body,
                const std::function<torch::Device(int rank)>& device = nullptr,
                std::optional<distributed::ProcessGroupOptions> options = std::nullopt);
+
+// `group` as a shared pointer that does not own it (run_ranks keeps it alive while rank_body runs), for
+// what takes one (parallel::StrategyContext::group).
+inline std::shared_ptr<distributed::ProcessGroup> borrowed(distributed::ProcessGroup& group) {
+  return {&group, [](distributed::ProcessGroup*) {}};
+}
 
 }  // namespace stoker::testing

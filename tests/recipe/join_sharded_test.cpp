@@ -112,7 +112,8 @@ TEST(DistributedFeatures, StoppedOnTwoRanksResumesAloneAndOnFourAtTheUninterrupt
   const RankRun whole = train(dir, "whole", 2, kAllThree);
   ASSERT_RAN(whole);
   EXPECT_CONTAINS(whole.logs[0], "distributed.sync_batchnorm: 6 batch norm(s) normalise over the batches of all 2 ranks");
-  EXPECT_CONTAINS(whole.logs[0], "distributed.shard_optimizer: ZeRO-1 over 2 ranks");
+  EXPECT_CONTAINS(whole.logs[0], "distributed.shard_optimizer: true means distributed.strategy: zero1");
+  EXPECT_CONTAINS(whole.logs[0], "distributed.strategy: zero1 (ZeRO-1) over 2 ranks");
   EXPECT_CONTAINS(whole.logs[0], "model.activation_checkpointing: 2 of 2 blocks");
   std::vector<std::string> one_epoch = kAllThree;
   one_epoch.push_back("train.epochs=1");
@@ -167,6 +168,16 @@ TEST(DistributedFeatures, BadCombinationsAreRefusedNamingTheKeys) {
                   }),
                   "distributed.shard_optimizer: true needs an optimizer that can update slices of parameters, and "
                   "optimizer.type test_unshardable cannot");
+  EXPECT_CONTAINS(testing::error_of([] {
+                    parse_config("optimizer: {type: test_unshardable}\ndistributed: {strategy: zero1}\n", "r.yaml");
+                  }),
+                  "distributed.strategy: zero1 needs an optimizer that can update slices of parameters");
+  EXPECT_CONTAINS(testing::error_of([] { parse_config("distributed: {strategy: zero3}\n", "r.yaml"); }),
+                  "distributed.strategy at line 1: expected one of: auto, ddp, single, zero1");
+  EXPECT_CONTAINS(testing::error_of([] { parse_config("distributed: {strategy: ddp, shard_optimizer: true}\n", "r.yaml"); }),
+                  "distributed.shard_optimizer: true means distributed.strategy: zero1, but distributed.strategy is ddp");
+  EXPECT_CONTAINS(testing::error_of([] { parse_config("run: {distributed: off}\ndistributed: {strategy: ddp}\n", "r.yaml"); }),
+                  "r.yaml: distributed.strategy: ddp needs data-parallel training, but run.distributed is off");
   // Resuming with SyncBatchNorm turned on changes the trajectory; activation checkpointing does not.
   Config before, after;
   after.distributed.sync_batchnorm = true;

@@ -29,7 +29,7 @@
 #include "distributed/data_parallel.h"
 #include "optim/optim.h"
 
-namespace stoker {
+namespace stoker::parallel {
 
 class ShardedOptimizer : public torch::optim::Optimizer, public AmpStepOptimizer {
  public:
@@ -77,4 +77,4 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const OptimizerOptions&
 // ShardedOptimizer this rank's).
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
-}  // namespace stoker
+}  // namespace stoker::parallel

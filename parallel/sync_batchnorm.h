@@ -25,7 +25,7 @@
 
 #include "distributed/collectives.h"
 
-namespace stoker {
+namespace stoker::parallel {
 
 // Attaches SyncBatchNorm over `collectives` to every models::BatchNorm2d of `model` and returns how
 // many; a torch::nn::BatchNorm1d/2d/3d in the model (which cannot be synchronised) is an error naming it.
@@ -40,4 +40,4 @@ torch::Tensor sync_batch_norm(torch::nn::BatchNorm2dImpl& bn, const torch::Tenso
 // over the ranks (timm's distribute_bn with reduce=True).
 void average_batchnorm_statistics(torch::nn::Module& model, distributed::Collectives& collectives);
 
-}  // namespace stoker
+}  // namespace stoker::parallel

@@ -1,5 +1,5 @@
-// ZeRO-1's optimizer (trainer/sharded_optimizer.h).
-#include "trainer/sharded_optimizer.h"
+// ZeRO-1's optimizer (parallel/sharded_optimizer.h).
+#include "parallel/sharded_optimizer.h"
 
 #include <unordered_map>
 
@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 
-namespace stoker {
+namespace stoker::parallel {
 namespace {
 
 // Copies of the inner optimizer's groups (their options, over the same pieces), at least one: the
@@ -213,4 +213,4 @@ int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
   return total;
 }
 
-}  // namespace stoker
+}  // namespace stoker::parallel

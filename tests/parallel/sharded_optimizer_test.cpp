@@ -1,4 +1,4 @@
-// ZeRO-1 (trainer/sharded_optimizer.h) against one process with the whole batch: Trainers on Gloo ranks
+// ZeRO-1 (distributed.strategy: zero1, parallel/zero1.cpp and parallel/sharded_optimizer.h) against one process with the whole batch: Trainers on Gloo ranks
 // as threads of this process, SGD, AdamW and LAMB with gradient clipping and loss scaling; the state
 // each rank keeps; checkpoints gathered on rank 0 and resumed on another number of ranks, or alone.
 #include <gtest/gtest.h>
@@ -12,7 +12,8 @@
 #include "distributed/thread_ranks.h"
 #include "optim/lamb.h"
 #include "test_util.h"
-#include "trainer/sharded_optimizer.h"
+#include "parallel/sharded_optimizer.h"
+#include "parallel/strategy.h"
 #include "trainer/trainer.h"
 
 namespace stoker {
@@ -113,12 +114,21 @@ std::vector<Net> nets(int world) {
   return out;
 }
 
+// distributed.strategy: zero1 over `group` for `options` (the Trainer sets it up: the optimizer sharded).
+std::shared_ptr<parallel::Strategy> zero1(distributed::ProcessGroup& group, const OptimizerOptions& options,
+                                          torch::Device device = torch::kCPU) {
+  parallel::StrategyContext context;
+  context.group = testing::borrowed(group);
+  context.optimizer = options;
+  context.device = device;
+  return parallel::make_strategy("zero1", context);
+}
+
 // Rank `group.rank()`'s sharded Trainer over its model.
 std::unique_ptr<Trainer> sharded(distributed::ProcessGroup& group, const std::string& type, int64_t epochs,
                                  const Data& d, Net model) {
-  auto shards = group.sharded_data_parallel(*model);
-  TrainerParts p = parts(model, make_sharded_optimizer(optimizer(type), model.ptr(), shards, torch::kCPU));
-  p.data_parallel = shards;
+  TrainerParts p = parts(model, make_optimizer(optimizer(type), *model, torch::kCPU));
+  p.strategy = zero1(group, optimizer(type));
   const int64_t world = group.world_size();
   return std::make_unique<Trainer>(options(epochs, kGlobalBatch / world), std::move(p),
                                    slices(d, group.rank(), world));
@@ -136,14 +146,14 @@ TEST_P(ShardedOptimizerTest, TwoRanksMatchOneProcessAndKeepHalfTheState) {
   std::vector<torch::Tensor> initial;
   for (const auto& p : net()->parameters()) initial.push_back(p.detach().clone());
   ASSERT_GT(max_difference(want, initial), 1e-3) << "the steps changed nothing: nothing to compare";
-  const int64_t whole_state = optimizer_state_bytes(reference->optimizer());
+  const int64_t whole_state = parallel::optimizer_state_bytes(reference->optimizer());
   const Data d = data();
   const std::vector<Net> models = nets(2);
   testing::run_ranks(2, [&](distributed::ProcessGroup& group) {
     auto trainer = sharded(group, type, 1, d, models[static_cast<size_t>(group.rank())]);
     trainer->fit();
     EXPECT_LT(max_difference(weights(*trainer), want), 1e-6) << type << ", rank " << group.rank();
-    const int64_t mine = optimizer_state_bytes(trainer->optimizer());
+    const int64_t mine = parallel::optimizer_state_bytes(trainer->optimizer());
     EXPECT_NEAR(static_cast<double>(mine), whole_state / 2.0, whole_state * 0.02) << type;
   });
 }
@@ -187,7 +197,7 @@ TEST(ShardedOptimizer, AnOptimizerThatCannotBeShardedIsRefusedNamingTheKeys) {
   testing::run_ranks(1, [](distributed::ProcessGroup& group) {
     Net model = net();
     auto shards = group.sharded_data_parallel(*model);
-    EXPECT_CONTAINS(testing::error_of([&] { make_sharded_optimizer(optimizer("test_plain_sgd"), model.ptr(), shards, torch::kCPU); }),
+    EXPECT_CONTAINS(testing::error_of([&] { parallel::make_sharded_optimizer(optimizer("test_plain_sgd"), model.ptr(), shards, torch::kCPU); }),
                     "distributed.shard_optimizer: optimizer.type test_plain_sgd cannot be sharded");
   });
 }
@@ -220,9 +230,8 @@ TEST(ShardedOptimizerGpu, NcclBucketsAndFusedKernelsMatchThePlainOptimizer) {
     const torch::Device mine = device_of(static_cast<int>(group.rank()));
     Net model = models[static_cast<size_t>(group.rank())];
     model->to(mine);
-    auto shards = group.sharded_data_parallel(*model);
-    TrainerParts q = parts(model, make_sharded_optimizer(adamw, model.ptr(), shards, mine), mine);
-    q.data_parallel = shards;
+    TrainerParts q = parts(model, make_optimizer(adamw, *model, mine), mine);
+    q.strategy = zero1(group, adamw, mine);
     Trainer trainer(options(1, kGlobalBatch / world, mine), std::move(q), slices(d, group.rank(), world, mine));
     trainer.fit();
     EXPECT_LT(max_difference(weights(trainer), want), 1e-5) << "rank " << group.rank();

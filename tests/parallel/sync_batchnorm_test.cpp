@@ -1,4 +1,4 @@
-// SyncBatchNorm and the evaluation's BatchNorm statistics (trainer/sync_batchnorm.h) against plain
+// SyncBatchNorm and the evaluation's BatchNorm statistics (parallel/sync_batchnorm.h) against plain
 // BatchNorm on all ranks' samples at once, with Gloo ranks as threads of this process.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,7 +10,7 @@
 #include "models/compact_resnet.h"
 #include "models/registry.h"
 #include "test_util.h"
-#include "trainer/sync_batchnorm.h"
+#include "parallel/sync_batchnorm.h"
 
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -49,7 +49,7 @@ void expect_like_plain_batchnorm(const std::vector<int64_t>& sizes) {
     int64_t start = 0;
     for (size_t i = 0; i < r; ++i) start += sizes[i];
     models::BatchNorm2d bn(channels);
-    ASSERT_EQ(convert_sync_batchnorm(*bn, group.collectives()), 1);
+    ASSERT_EQ(parallel::convert_sync_batchnorm(*bn, group.collectives()), 1);
     torch::Tensor input = x.narrow(0, start, sizes[r]).clone().requires_grad_(true);
     bn->forward(input.detach());
     torch::Tensor y = bn->forward(input);
@@ -86,7 +86,7 @@ TEST(SyncBatchNorm, OneRankIsPlainBatchNormBitForBit) {
     auto plain_model = models::CompactResNet(dynamic_cast<const models::CompactResNetOptions&>(
                                                  models::model_options("compact_resnet").options()),
                                              models::ModelShape{16, 10});
-    EXPECT_GT(convert_sync_batchnorm(*synced, group.collectives()), 0);
+    EXPECT_GT(parallel::convert_sync_batchnorm(*synced, group.collectives()), 0);
     synced->forward(x).sum().backward();
     plain_model->forward(x).sum().backward();
     for (size_t i = 0; i < synced->parameters().size(); ++i) {
@@ -119,7 +119,7 @@ TEST(SyncBatchNorm, ACumulativeAverageMovesTheRunningStatisticsAsTorchDoes) {
 TEST(SyncBatchNorm, APlainTorchBatchNormIsRefusedByName) {
   testing::run_ranks(1, [](distributed::ProcessGroup& group) {
     torch::nn::Sequential net(torch::nn::Conv2d(3, 4, 1), torch::nn::BatchNorm2d(4));
-    EXPECT_CONTAINS(testing::error_of([&] { convert_sync_batchnorm(*net, group.collectives()); }),
+    EXPECT_CONTAINS(testing::error_of([&] { parallel::convert_sync_batchnorm(*net, group.collectives()); }),
                     "distributed.sync_batchnorm: the model's module(s) '1' are torch::nn::BatchNorm");
   });
 }
@@ -132,7 +132,7 @@ TEST(SyncBatchNorm, EvalBnReduceAveragesTheRunningStatistics) {
     bn->running_mean.fill_(static_cast<double>(group.rank()) * 2);  // 0 and 2
     bn->running_var.fill_(static_cast<double>(group.rank()) + 1);   // 1 and 2
     bn->num_batches_tracked.fill_(5);
-    average_batchnorm_statistics(*net, *group.collectives());
+    parallel::average_batchnorm_statistics(*net, *group.collectives());
     EXPECT_TRUE(torch::equal(bn->running_mean, torch::full({2}, 1.0)));
     EXPECT_TRUE(torch::equal(bn->running_var, torch::full({2}, 1.5)));
     EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 5);
@@ -158,7 +158,7 @@ TEST(SyncBatchNormGpu, TheNcclPathIsBatchNormOnCudaTensors) {
     synced->to(gpu);
     plain->to(gpu);
     torch::Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
-    torch::Tensor ya = sync_batch_norm(*synced, a, *group.collectives());
+    torch::Tensor ya = parallel::sync_batch_norm(*synced, a, *group.collectives());
     torch::Tensor yb = plain->forward(b);
     (ya * ya).sum().backward();
     (yb * yb).sum().backward();
@@ -214,7 +214,7 @@ TEST(SyncBatchNormGpu, TwoNcclRanksAreBatchNormOverBothBatches) {
     const torch::Device gpu(torch::kCUDA, static_cast<c10::DeviceIndex>(group.rank()));
     models::BatchNorm2d bn(3);
     bn->to(gpu);
-    convert_sync_batchnorm(*bn, group.collectives());
+    parallel::convert_sync_batchnorm(*bn, group.collectives());
     const torch::Tensor y = bn->forward(x.narrow(0, group.rank() * 4, 4).to(gpu)).cpu();
     EXPECT_TRUE(torch::allclose(y, want.narrow(0, group.rank() * 4, 4), 1e-4, 1e-5));
     EXPECT_TRUE(torch::allclose(bn->running_mean.cpu(), whole->running_mean, 1e-5, 1e-6));

@@ -1,7 +1,7 @@
-// SyncBatchNorm and the evaluation's BatchNorm statistics (trainer/sync_batchnorm.h). One path of
+// SyncBatchNorm and the evaluation's BatchNorm statistics (parallel/sync_batchnorm.h). One path of
 // ATen operations for every device (ATen's fused batch_norm_stats / batch_norm_elemt kernels exist for
 // CUDA only); the statistics are combined in float64.
-#include "trainer/sync_batchnorm.h"
+#include "parallel/sync_batchnorm.h"
 
 #include <optional>
 #include <string>
@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "models/batch_norm.h"
 
-namespace stoker {
+namespace stoker::parallel {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -178,4 +178,4 @@ void average_batchnorm_statistics(torch::nn::Module& model, distributed::Collect
   for (auto& t : statistics) t.div_(static_cast<double>(collectives.world_size()));
 }
 
-}  // namespace stoker
+}  // namespace stoker::parallel
