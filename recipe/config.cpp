@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <limits>
 #include <map>
 #include <set>
 #include <sstream>

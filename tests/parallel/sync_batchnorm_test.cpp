@@ -108,7 +108,7 @@ TEST(SyncBatchNorm, ACumulativeAverageMovesTheRunningStatisticsAsTorchDoes) {
     models::BatchNorm2d synced(options), plain(options);
     auto collectives = group.collectives();
     for (int64_t i = 0; i < 3; ++i) {
-      sync_batch_norm(*synced, x[i], *collectives);
+      parallel::sync_batch_norm(*synced, x[i], *collectives);
       plain->forward(x[i]);
     }
     EXPECT_TRUE(torch::allclose(synced->running_mean, plain->running_mean, 1e-5, 1e-6));
@@ -184,13 +184,13 @@ TEST(SyncBatchNormGpu, ACumulativeAverageWaitsForNothingOnTheHost) {
     synced->to(gpu);
     plain->to(gpu);
     auto collectives = group.collectives();
-    sync_batch_norm(*synced, x[0], *collectives);  // the first: NCCL's and cuDNN's set-up
+    parallel::sync_batch_norm(*synced, x[0], *collectives);  // the first: NCCL's and cuDNN's set-up
     plain->forward(x[0]);
     auto& state = c10::cuda::warning_state();
     state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
     std::string error;
     try {
-      for (int64_t i = 1; i < 3; ++i) sync_batch_norm(*synced, x[i], *collectives);
+      for (int64_t i = 1; i < 3; ++i) parallel::sync_batch_norm(*synced, x[i], *collectives);
     } catch (const std::exception& e) {
       error = e.what();
     }
