@@ -94,7 +94,10 @@ Tolerance tolerance_of(const std::string& name) {
   if (name == "timm") return {1e-6, false};      // Mixup.BoxesAndTargetsEqualTimms, Losses.EqualTimms*
   if (name == "lamb") return {1e-9, false};      // Lamb.MatchesTimmsGoldenValues
   if (name == "layer_decay") return {1e-12, false};  // LayerGroups.*, ParamGroups.LayerDecayEqualsTimms*
-  if (name == "augment") return {1e-7, false};   // AugmentOps.* (float32 magnitudes, exact bytes)
+  // AugmentOps.* (float32 magnitudes, exact bytes): two float32 ulps, since ATen's linspace rounds
+  // the last bit differently without vector units (67.6737137 against 67.6737213 under
+  // ATEN_CPU_CAPABILITY=default, scripts/test_isa_matrix.sh).
+  if (name == "augment") return {2.5e-7, false};
   // ResNet.MatchesCheckedInTorchvisionLogits, Vit/ConvNext.MatchesCheckedInTorchvisionLogitsAndFlops,
   // {EfficientNet,MobileNetV3}.MatchesCheckedInTorchvisionLogits: 1e-4 of each model's largest logit
   // in each mode (they differ by two orders of magnitude between the models and modes of a header).
