@@ -5,10 +5,11 @@
 # CMake prefix goes first in CMAKE_PREFIX_PATH. Called before StokerDependencies finds Torch.
 #
 # stoker_python_decide(): after Torch is found. STOKER_PYTHON builds the module (possible when the libtorch
-# found is a Python torch's, site-packages/torch/..., and that Python has its development headers; pip
-# install turns it on; default OFF in the build tree for now, since turning it on recompiles everything); it then also makes every object position-independent (-fPIC), since the static layer
-# libraries are linked into a shared module (thread-locals and globals need
-# -fPIC; on x86-64 that costs the library nothing measurable). Sets
+# found is a Python torch's, site-packages/torch/..., and that Python has its development headers; ON
+# by default then, so `./stoker.sh test` builds and tests it; -DSTOKER_PYTHON=OFF leaves it out). It
+# then also makes every object position-independent (-fPIC), since the static layer libraries are
+# linked into a shared module (thread-locals and globals need -fPIC; on x86-64 that costs the library
+# nothing measurable: docs/BENCHMARKS.md, "Position-independent code"). Sets
 # STOKER_TORCH_PY_VERSION (torch.__version__, checked by `import stoker`) and STOKER_TORCH_PYTHON_LIB
 # (libtorch_python, where torch's own tensor caster lives).
 
@@ -53,14 +54,13 @@ macro(stoker_python_decide)
     endif()
     find_package(Python 3 QUIET COMPONENTS Interpreter Development.Module)
     if(Python_FOUND)
-      # Eligible; still OFF by default for now: ON recompiles every object with -fPIC once (see above).
       set(_stoker_py_eligible ON)
-      set(_stoker_py_why "-DSTOKER_PYTHON=ON builds it for ${Python_EXECUTABLE}; it recompiles the library with -fPIC once")
+      set(_stoker_py_why "STOKER_PYTHON=OFF in ${CMAKE_BINARY_DIR}/CMakeCache.txt; -DSTOKER_PYTHON=ON builds it")
     else()
       set(_stoker_py_why "no Python development headers for ${Python_EXECUTABLE} (Debian: python3-dev)")
     endif()
   endif()
-  option(STOKER_PYTHON "Build the Python module stoker._C (python/)" OFF)
+  option(STOKER_PYTHON "Build the Python module stoker._C (python/)" ${_stoker_py_eligible})
   if(STOKER_PYTHON AND NOT _stoker_py_eligible)
     message(FATAL_ERROR "STOKER_PYTHON: ${_stoker_py_why}")
   elseif(STOKER_PYTHON)

@@ -17,7 +17,7 @@ VENV="$STOKER_CACHE/venv-torch-$TORCH_VERSION"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config python3-venv
+  build-essential cmake ninja-build ccache pkg-config python3-venv python3-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   libopencv-core-dev libopencv-imgproc-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev

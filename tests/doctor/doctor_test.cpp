@@ -399,8 +399,13 @@ TEST(DoctorLadder, PredictedWorkersLiftTheFullRungTowardsTheCeiling) {
   TempDir dir;
   const LadderResult calibration = run_ladder(synthetic_config(dir, 0, 0), quick(10));
   const double compute_us = 1e6 / calibration.rung("device-cached").steps_per_s;
-  const auto cost = static_cast<int64_t>(0.45 * compute_us / 16);
-  const LadderResult starved = run_ladder(synthetic_config(dir, cost, 0), quick());
+  // 0.7 of the compute: the step waits ~40% of its time for data, well above the half of the
+  // slowdown the CPU diagnosis asks the wait to explain, even when other work slows the step by half
+  // (CI measured a 0.45 cost at 19% wait against the 22% asked). One worker still keeps up.
+  const auto cost = static_cast<int64_t>(0.7 * compute_us / 16);
+  LadderResult starved = run_ladder(synthetic_config(dir, cost, 0), quick());
+  // A burst of other work during the full rung reads as "compute-bound, slowed": measure once more.
+  if (!starved.diagnosis.input_bound) starved = run_ladder(synthetic_config(dir, cost, 0), quick());
   ASSERT_TRUE(starved.diagnosis.input_bound) << format_ladder(starved);
   EXPECT_EQ(starved.diagnosis.bottleneck, "full") << format_ladder(starved);  // synthetic data pays in read
   ASSERT_GE(starved.diagnosis.suggested_workers, 1) << format_ladder(starved);
