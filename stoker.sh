@@ -7,10 +7,9 @@
 #                                      folder you ran it in; with none that name a recipe (--config),
 #                                      a run (--resume) or a subcommand (eval, predict, ...), it trains
 #                                      configs/fashion_mnist.yaml
-#   ./stoker.sh test                   set up, build, and run the whole test suite (CTest; with
-#                                      -DSTOKER_PYTHON=ON also the Python package's pytest suite,
-#                                      tests/python/); also installs torchvision and pytest into
-#                                      the venv
+#   ./stoker.sh test                   set up, build, and run the whole test suite (CTest, the
+#                                      Python package's pytest suite tests/python/ included); also
+#                                      installs torchvision, pytest and the other peers into the venv
 #   ./stoker.sh build                  set up and build only
 #   ./stoker.sh fuzz [SECONDS] [TARGET...]  set up, build, then build the libFuzzer targets with
 #                                      clang and run each for SECONDS (default 30; scripts/fuzz.sh)
@@ -94,7 +93,7 @@ case "$cmd" in
     STOKER_BUILD_DIR="$BUILD_DIR" exec scripts/fuzz.sh "$@"
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     [ "$cmd" = help ] || exit 2
     ;;
 esac

@@ -17,6 +17,8 @@
 #   lib/          the non-torch libraries (yaml-cpp, spdlog, fmt, OpenCV core+imgproc and what they
 #                 pull in, libjpeg, libpng, zlib, ...), symlinks dereferenced, named by soname
 #   lib/fallback/ Debian's libstdc++, used by env.sh only when the machine's own is too old
+#   lib/python/stoker  the Python package with its module stoker._C (when the build has it: STOKER_PYTHON),
+#                 for the pass's python_loader stage; env.sh exports STOKER_PYTHONPATH=<bundle>/lib/python
 #   env.sh        `source OUT_DIR/env.sh` on the device (bash), from the repository root (outside the payload)
 #
 # The repository files the tests and the pass read (configs/, bench/, scripts/, tests/**/*.py) are not
@@ -79,6 +81,14 @@ for p in "${programs[@]}"; do
   cp -L "$p" "$OUT/bin/"
   strip --strip-unneeded "$OUT/bin/$(basename "$p")"
 done
+# The Python package (its .py files are links into the tree here: copied as files).
+linked=("${programs[@]}")
+if compgen -G "$BUILD/python/stoker/_C*.so" >/dev/null; then
+  mkdir -p "$OUT/lib/python"
+  cp -rL "$BUILD/python/stoker" "$OUT/lib/python/"
+  rm -rf "$OUT/lib/python/stoker/__pycache__"
+  for m in "$OUT"/lib/python/stoker/_C*.so; do strip --strip-unneeded "$m"; linked+=("$m"); done
+fi
 # stoker_tests: every test binary carried (stoker_tests_gpu, or each stoker_tests_<folder>) in turn
 # with the same arguments, e.g. stoker_tests --gtest_filter='*Gpu*:*Cuda*'; exits non-zero when any
 # of them does. The GPU pass itself is the working tree's scripts/gpu_pass.sh.
@@ -107,7 +117,7 @@ from_torch() {
   for d in "$torch_lib" "$site"/nvidia/*/lib; do [[ -e $d/$1 ]] && return 0; done
   return 1
 }
-ldd_out=$(ldd "${programs[@]}")
+ldd_out=$(ldd "${linked[@]}")
 if grep -q 'not found' <<<"$ldd_out"; then
   grep 'not found' <<<"$ldd_out" >&2
   die "the build itself has unresolved libraries"
@@ -127,7 +137,7 @@ stdcxx=$(awk '$1 == "libstdc++.so.6" && $2 == "=>" {print $3; exit}' <<<"$ldd_ou
 cp -L "$stdcxx" "$OUT/lib/fallback/libstdc++.so.6"
 
 # The newest symbol versions the bundle asks of the device's libstdc++ and glibc.
-versions=$(for f in "$OUT"/bin/* "$OUT"/lib/*.so*; do if file -b "$f" | grep -q ELF; then objdump -p "$f"; fi; done)
+versions=$(for f in "$OUT"/bin/* "$OUT"/lib/*.so* "$OUT"/lib/python/stoker/*.so; do [[ -e $f ]] || continue; if file -b "$f" | grep -q ELF; then objdump -p "$f"; fi; done)
 need_glibcxx=$(grep -oE 'GLIBCXX_[0-9.]+' <<<"$versions" | sort -uV | tail -n 1)
 need_glibc=$(grep -oE 'GLIBC_[0-9.]+' <<<"$versions" | sort -uV | tail -n 1)
 
@@ -208,6 +218,7 @@ print(os.path.join(s.submodule_search_locations[0], "lib"))'
 
   # What the tests read (tests/test_util.h).
   export STOKER_TRAINER_BIN=${STOKER_TRAINER_BIN:-$_sb_dir/bin/trainer}
+  [[ -d $_sb_dir/lib/python/stoker ]] && export STOKER_PYTHONPATH=$_sb_dir/lib/python
   if [[ -z ${STOKER_SOURCE_DIR:-} && -d $_sb_dir/../configs ]]; then
     export STOKER_SOURCE_DIR=$(cd "$_sb_dir/.." && pwd)
   fi

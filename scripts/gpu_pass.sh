@@ -21,6 +21,8 @@
 #                      tf32/fp32 at the size the run trains at
 #   torchvision        torchvision's ViT-B/16, ConvNeXt-T, EfficientNet-B0 in PyTorch eager at the same
 #                      sizes (when the machine's Python has torchvision): the family stages' peer
+#   python_loader      stoker.Loader(device="cuda") from Python (the bundle's package, STOKER_PYTHONPATH):
+#                      batches on the device, ready on the caller's stream, never reused while held
 # Left out as saying nothing new (issue 41): fp16-mixed and tf32 steps (the GPU tests cover fp16's loss
 # scaling under the graph; the precision trial times tf32 against bf16 at the run's batch), the doctor's
 # ladder on the starved toy (input-bound on the machine's CPUs, not a GPU fact) and `doctor --batch`
@@ -53,6 +55,7 @@ else
 fi
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${STOKER_BUILD_DIR:-$repo/build/release}
 
 # ---- the stages (each runs as `gpu_pass.sh --run-stage NAME`, under `timeout`) ----------------------
 # Exit status 77: skipped, the log's last line saying why.
@@ -188,6 +191,16 @@ stage_torchvision() {
     "${sizes[@]}"
 }
 
+# The Python package's CUDA test (tests/python/test_loader.py) with a skip made a failure. The dry run
+# checks that the package imports and says that the test needs a GPU.
+stage_python_loader() {
+  local path=${STOKER_PYTHONPATH:-$build/python}
+  [[ -d $path/stoker ]] || skip "no Python package at $path (the build has STOKER_PYTHON off)"
+  PYTHONPATH=$path "$PY" -c 'import stoker, pytest' || exit
+  ((DRY)) && skip "stoker imports; the loader's CUDA test needs a GPU"
+  PYTHONPATH=$path STOKER_REQUIRE_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider "$repo/tests/python/test_loader.py" -k cuda
+}
+
 if [[ -n ${stage_name:-} ]]; then
   "stage_$stage_name"
   exit
@@ -195,7 +208,6 @@ fi
 
 # ---- the pass ---------------------------------------------------------------------------------------
 
-build=${STOKER_BUILD_DIR:-$repo/build/release}
 find_program() {  # NAME FALLBACK: on PATH (the bundle's env.sh), else the build's
   command -v "$1" 2>/dev/null || { [[ -x $2 ]] && echo "$2"; } || echo "$2"
 }
@@ -207,16 +219,18 @@ export DRY=$dry
 # busy CPU).
 ((dry)) && export OMP_NUM_THREADS=1
 # name:budget on a GPU:budget in the dry run (seconds), by value. The GPU budgets add up to the pass's
-# 300 s; each is an estimate for an H100/H200 with room: identity 25 (the driver's cold start, two
-# nvidia-smi, the first `import torch`, trainer --version), gpu_tests 75 (about 50 tests, most under a
+# 300 s; each is an estimate for an H100/H200 with room: identity 20 (the driver's cold start, two
+# nvidia-smi, the first `import torch`, trainer --version), gpu_tests 70 (about 50 tests, most under a
 # second, the NCCL and graph ones a few), fit 35 (about 20 s of training), ResNet-50 15 each (30 steps
 # of about 0.1 s plus start-up and cuDNN's search), each family 25 (three start-ups, 20 steps each of
-# under 0.1 s), torchscript 20 (Python scripting resnet18, four runs), precision_trial 25 (two ResNet-50
+# under 0.1 s), torchscript 20 (Python scripting resnet18, four runs), precision_trial 20 (two ResNet-50
 # builds, probes and 5 rounds at 256, each new size warmed first), torchvision 15 (one Python, three
-# networks). The dry run's stages take about 2 minutes in all on 2 idle cores; its budgets leave room
-# for a machine busy with other builds.
-plan=(identity:25:15 gpu_tests:75:40 fit:35:60 resnet50_bf16:15:30 resnet50_bf16_graph:15:30 vit_b16:25:45
-      convnext_t:25:45 efficientnet_b0:25:45 torchscript:20:30 precision_trial:25:45 torchvision:15:20)
+# networks), python_loader 15 (one Python with torch, 512 Fashion-MNIST samples twice). The dry run's
+# stages take about 2 minutes in all on 2 idle cores; its budgets leave room for a machine busy with
+# other builds.
+plan=(identity:20:15 gpu_tests:70:40 fit:35:60 resnet50_bf16:15:30 resnet50_bf16_graph:15:30 vit_b16:25:45
+      convnext_t:25:45 efficientnet_b0:25:45 torchscript:20:30 precision_trial:20:45 torchvision:15:20
+      python_loader:15:20)
 if [[ -n ${STOKER_GPU_PASS_STAGES:-} ]]; then  # a re-run of some stages, in the plan's order
   chosen=()
   for entry in "${plan[@]}"; do

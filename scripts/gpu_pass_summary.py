@@ -306,8 +306,19 @@ def torchvision(log, dry, folder):
     return [check("timed", "fail" if missing else "pass", f"no result for {', '.join(missing)}" if missing else "")], numbers
 
 
+def python_loader(log, dry, folder):
+    """pytest's last line: the CUDA test of stoker.Loader passed (a skip is a failure: STOKER_REQUIRE_CUDA)."""
+    m = re.search(r"^=*\s*(\d+) passed", log, re.M) or re.search(r"(\d+) passed", log)
+    passed = int(m.group(1)) if m else 0
+    bad = re.search(r"(\d+) (failed|skipped|error)", log)
+    if passed >= 1 and not bad:
+        return [check("stoker.Loader on cuda", "pass")], {"passed": passed}
+    return [check("stoker.Loader on cuda", "fail", bad.group(0) if bad else "pytest reported no passed test")], {}
+
+
 CHECKS = {"identity": identity, "gpu_tests": gpu_tests, "fit": fit, "torchscript": torchscript,
-          "precision_trial": precision_trial, "torchvision": torchvision, **{f: family for f in FAMILIES}}
+          "precision_trial": precision_trial, "torchvision": torchvision, "python_loader": python_loader,
+          **{f: family for f in FAMILIES}}
 
 
 # ---- the pass -----------------------------------------------------------------------------------------

@@ -102,8 +102,11 @@ def main():
                 break
     save()
     if rank == 0:
-        with loader("eval", 1000, args.threads, rank=0, world_size=1) as test:  # the whole test split
-            print(f"test top-1 {100 * evaluate(net, test):.2f}% after {step} steps; loader stages: {train.stats()}")
+        # The whole test split, on rank 0 alone: with the plain module, since DDP's forward would
+        # broadcast the batch-norm buffers to ranks that are no longer there.
+        with loader("eval", 1000, args.threads, rank=0, world_size=1) as test:
+            top1 = evaluate(net.module if distributed else net, test)
+            print(f"test top-1 {100 * top1:.2f}% after {step} steps; loader stages: {train.stats()}")
     train.close()
     if distributed:
         dist.destroy_process_group()

@@ -87,6 +87,7 @@ std::vector<Token> tokenize(const std::string& s) {
 struct Tolerance {
   double relative = 0;
   bool of_largest = false;  // relative to the largest |value| in the same innermost {...}
+  double bytes_differing = 0;  // quoted images (two letters a-p a byte): the share of bytes that may differ
 };
 Tolerance tolerance_of(const std::string& name) {
   if (name == "optim") return {1e-5, false};     // Optimizers.MatchPyTorchGoldenValues
@@ -97,11 +98,40 @@ Tolerance tolerance_of(const std::string& name) {
   // AugmentOps.* (float32 magnitudes, exact bytes): two float32 ulps, since ATen's linspace rounds
   // the last bit differently without vector units (67.6737137 against 67.6737213 under
   // ATEN_CPU_CAPABILITY=default, scripts/test_isa_matrix.sh).
-  if (name == "augment") return {2.5e-7, false};
+  // The augmented images (quoted, two letters a-p a byte) as AugmentOps.EveryOpEqualsTorchvision...
+  // reads them: without vector units torchvision's float32 ops round some bytes the other way, and a
+  // geometric op then takes a neighbouring source pixel: at most 2 pixels in 100 may differ.
+  if (name == "augment") return {2.5e-7, false, 0.02};
   // ResNet.MatchesCheckedInTorchvisionLogits, Vit/ConvNext.MatchesCheckedInTorchvisionLogitsAndFlops,
   // {EfficientNet,MobileNetV3}.MatchesCheckedInTorchvisionLogits: 1e-4 of each model's largest logit
   // in each mode (they differ by two orders of magnitude between the models and modes of a header).
   return {1e-4, true};
+}
+
+bool letter_bytes(const std::string& s) {
+  return !s.empty() && s.size() % 2 == 0 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= 'a' && c <= 'p'; });
+}
+
+// Text equal but for its quoted letter-encoded images, of which at most `share` of the bytes differ.
+bool same_text(const std::string& a, const std::string& b, double share) {
+  if (a == b) return true;
+  if (share <= 0) return false;
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    const size_t ea = std::min(a.find('"', i), a.size()), eb = std::min(b.find('"', j), b.size());
+    const std::string x = a.substr(i, ea - i), y = b.substr(j, eb - j);
+    if (x != y) {
+      if (!letter_bytes(x) || x.size() != y.size() || !letter_bytes(y)) return false;
+      size_t differing = 0;
+      for (size_t k = 0; k < x.size(); k += 2) differing += x.compare(k, 2, y, k, 2) != 0 ? 1 : 0;
+      if (static_cast<double>(differing) > share * static_cast<double>(x.size() / 2)) return false;
+    }
+    if ((ea == a.size()) != (eb == b.size())) return false;
+    i = ea + 1;
+    j = eb + 1;
+  }
+  return true;
 }
 
 // "" when `got` is `want` up to the tolerance; otherwise the first difference, with its line.
@@ -119,7 +149,8 @@ std::string compare_headers(const std::string& want, const std::string& got, con
     const Token& y = b[i];
     const double scale = tolerance.of_largest ? largest[x.group] : std::max(1.0, std::abs(x.value));
     const bool same = x.number == y.number &&
-                      (x.number ? std::abs(x.value - y.value) <= tolerance.relative * scale : x.text == y.text);
+                      (x.number ? std::abs(x.value - y.value) <= tolerance.relative * scale
+                                         : same_text(x.text, y.text, tolerance.bytes_differing));
     if (!same) {
       return "line " + std::to_string(x.line + 1) + ":\n  checked in: " + x.text + "\n  generated:  " + y.text +
              (x.number && y.number ? " (beyond the tolerance " + std::to_string(tolerance.relative) + ")" : "");
@@ -196,6 +227,23 @@ TEST(GoldenHeaders, ComparisonAllowsRoundingButNotEdits) {
   small_off.replace(small_off.find("-0.0947195"), 10, "-0.0948195");  // 1e-4 off a largest of 0.166
   EXPECT_NE(compare_headers(mobile, small_off, tolerance_of("mobile")), "");
   EXPECT_EQ(compare_headers("{0.1, 0.2}", "{0.1, 0.200000001}", tolerance_of("optim")), "");
+}
+
+// Augmented images: one byte of 100 rounded the other way passes; three of 100, a changed length or
+// an edit outside the image do not; other headers' strings stay exact.
+TEST(GoldenHeaders, AugmentImagesAllowAByteInFiftyButNotMore) {
+  const std::string image(200, 'c');  // 100 bytes
+  const auto header = [](const std::string& im, const char* op) {
+    return std::string("{AugmentSpace::kRandAugment, \"") + op + "\", 0, 1, 0.5, 0,\n \"" + im + "\"},";
+  };
+  std::string one = image, three = image;
+  one.replace(10, 2, "cd");
+  for (int k : {0, 40, 80}) three.replace(static_cast<size_t>(k), 2, "pp");
+  EXPECT_EQ(compare_headers(header(image, "Rotate"), header(one, "Rotate"), tolerance_of("augment")), "");
+  EXPECT_NE(compare_headers(header(image, "Rotate"), header(three, "Rotate"), tolerance_of("augment")), "");
+  EXPECT_NE(compare_headers(header(image, "Rotate"), header(image + "cc", "Rotate"), tolerance_of("augment")), "");
+  EXPECT_NE(compare_headers(header(image, "Rotate"), header(image, "Rotato"), tolerance_of("augment")), "");
+  EXPECT_NE(compare_headers(header(image, "Rotate"), header(one, "Rotate"), tolerance_of("resnet")), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenHeadersPython,

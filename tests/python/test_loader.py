@@ -163,10 +163,22 @@ def test_ranks_from_the_launchers_environment(fmnist, monkeypatch):
     assert (loader.rank, loader.world_size, len(loader)) == (1, 2, 8)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU pass runs it)")
-def test_cuda_batches_are_on_the_device(fmnist):
+# The GPU pass runs this with STOKER_REQUIRE_CUDA=1: without a device it then fails instead of skipping.
+@pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("STOKER_REQUIRE_CUDA") != "1",
+                    reason="no CUDA device here (the GPU pass runs it: scripts/gpu_pass.sh, stage python_loader)")
+def test_cuda_batches_are_on_the_device_on_the_callers_stream_and_never_reused(fmnist):
+    on_cpu = [(images, labels) for images, labels in stoker.Loader(fmnist, **fmnist_loader_keywords())]
     loader = stoker.Loader(fmnist, **fmnist_loader_keywords(device="cuda", num_threads=2))
-    on_cpu = [images for images, _ in stoker.Loader(fmnist, **fmnist_loader_keywords())]
-    for k, (images, labels) in enumerate(loader):
-        assert images.is_cuda and labels.is_cuda
-        torch.testing.assert_close(images.cpu(), on_cpu[k], rtol=0, atol=1e-6)
+    side = torch.cuda.Stream()
+    held, sums = [], []
+    with torch.cuda.stream(side):  # the caller's current stream is not the default one
+        for images, labels in loader:
+            assert images.is_cuda and labels.is_cuda
+            sums.append(images.double().sum())  # queued on `side` at once, no synchronisation first
+            held.append((images, labels))  # every batch held: its memory must not be handed out again
+    torch.cuda.synchronize()
+    assert len(held) == len(on_cpu)
+    for k, ((images, labels), (want_images, want_labels)) in enumerate(zip(held, on_cpu)):
+        torch.testing.assert_close(images.cpu(), want_images, rtol=0, atol=1e-6, msg=f"batch {k}")
+        assert torch.equal(labels.cpu(), want_labels), f"batch {k}"
+        torch.testing.assert_close(sums[k].cpu(), want_images.double().sum(), rtol=1e-9, atol=1e-6)

@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 
 STAGES = ["identity", "gpu_tests", "fit", "resnet50_bf16", "resnet50_bf16_graph", "vit_b16", "convnext_t",
-          "efficientnet_b0", "torchscript", "precision_trial", "torchvision"]
+          "efficientnet_b0", "torchscript", "precision_trial", "torchvision", "python_loader"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -86,6 +86,9 @@ def main():
         s = by_name[stage]
         if s["status"] == "skip" and "torchvision" not in s.get("why", ""):
             fail(f"stage {stage} skipped without saying that it needs torchvision: {s.get('why')}")
+    loader = by_name["python_loader"]  # the dry run imports the package and says the test needs a GPU
+    if loader["status"] != "skip" or not any(w in loader.get("why", "") for w in ("needs a GPU", "STOKER_PYTHON off")):
+        fail(f"stage python_loader: {loader['status']} ({loader.get('why')})")
     if by_name["precision_trial"]["numbers"].get("chosen") is None:
         fail("the precision trial's stage has no decision")
     tail = run.stdout.rstrip().splitlines()
