@@ -111,7 +111,8 @@ HubConfig read_hub_config(const fs::path& file) {
   c.crop_pct = entry_or<double>(cfg, "crop_pct", 0, file);
   c.interpolation = entry_or<std::string>(cfg, "interpolation", "", file);
   c.tag = entry_or<std::string>(cfg, "tag", "", file);
-  for (const auto& item : entry_or<json>(j, "model_args", json::object(), file).items()) {
+  const json args = entry_or<json>(j, "model_args", json::object(), file);
+  for (const auto& item : args.items()) {
     c.model_args.emplace_back(item.key(), item.value().dump());
   }
   return c;
@@ -123,6 +124,11 @@ std::string hub_config_text(const HubConfig& c, int64_t num_features) {
   j["num_classes"] = c.num_classes;
   j["num_features"] = num_features;
   if (!c.label_names.empty()) j["label_names"] = c.label_names;
+  if (!c.model_args.empty()) {
+    json args = json::object();
+    for (const auto& [key, value] : c.model_args) args[key] = json::parse(value);
+    j["model_args"] = args;
+  }
   json cfg = json::object();
   if (!c.tag.empty()) cfg["tag"] = c.tag;
   if (!c.input_size.empty()) cfg["input_size"] = c.input_size;

@@ -38,7 +38,8 @@ struct HubConfig {
 HubConfig read_hub_config(const std::filesystem::path& file);
 
 // The text of a config.json in timm's layout, which timm.create_model(pretrained_cfg_overlay=...) and
-// the Hub read: architecture, num_classes, num_features, label_names (when given) and pretrained_cfg.
+// the Hub read: architecture, num_classes, num_features, label_names and model_args (when given) and
+// pretrained_cfg.
 std::string hub_config_text(const HubConfig& config, int64_t num_features);
 
 // Where model.pretrained's weights are: the file, and config.json beside it (empty: none).

@@ -23,6 +23,7 @@
 #include "models/weights/state_dict.h"
 #include "models/weights/timm_names.h"
 #include "recipe/config.h"
+#include "recipe/hub_export.h"
 #include "recipe/pretrained.h"
 #include "test_util.h"
 
@@ -196,6 +197,38 @@ TEST_F(TimmCheckpoints, WhatComputesOtherwiseIsRefusedNamingTheDifference) {
   EXPECT_CONTAINS(refusal("{type: cifar_resnet20}", folder("resnet18")), "has no timm twin");
 }
 
+// `trainer export --format safetensors` of a run from timm's weights, with the checkpoint's head (10 classes) or
+// a new one (4): timm builds config.json's architecture, loads the file strictly and gives the model's logits.
+TEST_F(TimmCheckpoints, SafetensorsExportLoadsStrictlyBackIntoTimm) {
+  const fs::path script = fs::path(STOKER_SOURCE_DIR) / "tests" / "models" / "weights" / "timm_load_export.py";
+  for (const auto& [index, classes] : {std::pair{10, 10}, std::pair{11, 4}, std::pair{4, 10}, std::pair{5, 4}}) {
+    const Case& c = kCases[index];
+    SCOPED_TRACE(std::string(c.folder) + " for " + std::to_string(classes) + " classes");
+    const Config config = config_of(c.model, folder(c.folder).string(), classes);
+    torch::nn::AnyModule model = load(config);
+    testing::TempDir out;
+    std::vector<std::string> names;
+    for (int64_t i = 0; i < classes; ++i) names.push_back("class " + std::to_string(i));
+    const HubExport written = write_safetensors_export(*model.ptr(), config, names, std::pair{64, 64},
+                                                       out / "model.safetensors");
+    EXPECT_CONTAINS(written.summary, "timm's names");
+    ASSERT_EQ(written.config, out / "config.json");
+    const models::weights::HubConfig hub = models::weights::read_hub_config(written.config);
+    EXPECT_EQ(hub.num_classes, classes);
+    EXPECT_EQ(hub.label_names, names);
+    const at::Tensor x = torch::randn({2, 3, 64, 64});
+    at::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      logits = model.forward(x);
+    }
+    testing::write_bytes(out / "expected.safetensors", models::weights::safetensors_bytes({{"input", x}, {"logits", logits}}));
+    const std::string command = "'" + python_.string() + "' '" + script.string() + "' '" + out.path().string() + "' '" +
+                                (out / "expected.safetensors").string() + "' >'" + (out / "log").string() + "' 2>&1";
+    EXPECT_EQ(testing::shell(command), 0) << testing::read_bytes(out / "log");
+  }
+}
+
 // The full-size architectures (timm's keys from the meta device): every key of timm's is the model's, in
 // the same shape, and nothing else.
 TEST_F(TimmCheckpoints, FullSizeArchitecturesNameEveryTensorAsTimm) {
@@ -257,6 +290,68 @@ TEST(TimmNames, EveryFamilyRoundTripsAndIsRecognisedByItsKeys) {
   EXPECT_EQ(small.at("conv_head.weight"), (std::vector<int64_t>{1024, 576, 1, 1}));
   EXPECT_EQ(small.count("classifier.weight"), 1u);
   EXPECT_FALSE(models::timm_dialect("cifar_resnet20").has_value());
+}
+
+// Without Python: the cache's layout, the environment's order, revisions, and what a missing entry says.
+TEST(HubCache, EntriesAreFoundAsHuggingfaceHubLaysThemOut) {
+  namespace w = models::weights;
+  testing::TempDir home;
+  const fs::path hub = home / "hf" / "hub";
+  const fs::path repo = hub / "models--acme--tiny-net";
+  fs::create_directories(repo / "refs");
+  for (const char* commit : {"c0ffee", "beef01"}) {
+    fs::create_directories(repo / "snapshots" / commit);
+    testing::write_bytes(repo / "snapshots" / commit / "model.safetensors", w::safetensors_bytes({{"w", torch::ones({2})}}));
+    testing::write_bytes(repo / "snapshots" / commit / "config.json",
+                         R"({"architecture": "resnet18", "num_classes": 3, "label_names": ["a", "b", "c"],
+                             "model_args": {"num_classes": 3}, "pretrained_cfg": {"mean": [0.5, 0.5, 0.5],
+                             "std": [0.25, 0.25, 0.25], "input_size": [3, 160, 128], "crop_pct": 0.875,
+                             "interpolation": "bilinear", "tag": "x_in1k"}})");
+  }
+  testing::write_bytes(repo / "refs" / "main", "c0ffee\n");
+  testing::write_bytes(repo / "refs" / "v2", "beef01");
+  ::unsetenv("HF_HUB_CACHE");
+  ::setenv("HF_HOME", (home / "hf").c_str(), 1);
+  EXPECT_EQ(w::hub_cache_dir(), hub);
+  const w::PretrainedSource main = w::locate_pretrained("hf:acme/tiny-net");
+  const w::PretrainedSource v2 = w::locate_pretrained("hf:acme/tiny-net@v2");
+  const w::PretrainedSource commit = w::locate_pretrained("hf:acme/tiny-net@beef01");
+  const std::string missing = error_of([] { w::locate_pretrained("hf:acme/other"); });
+  const std::string no_snapshot = error_of([] { w::locate_pretrained("hf:acme/tiny-net@v3"); });
+  const std::string malformed = error_of([] { w::locate_pretrained("hf:tiny-net"); });
+  ::unsetenv("HF_HOME");
+  EXPECT_EQ(main.weights, repo / "snapshots" / "c0ffee" / "model.safetensors");
+  EXPECT_EQ(main.config, repo / "snapshots" / "c0ffee" / "config.json");
+  EXPECT_EQ(v2.weights, repo / "snapshots" / "beef01" / "model.safetensors");
+  EXPECT_EQ(commit.weights, v2.weights);
+  EXPECT_CONTAINS(missing, "acme/other is not in the Hugging Face cache");
+  EXPECT_CONTAINS(missing, "python -c \"from huggingface_hub import snapshot_download; snapshot_download('acme/other')\"");
+  EXPECT_CONTAINS(no_snapshot, "no snapshot of v3");
+  EXPECT_CONTAINS(malformed, "hf:ORG/NAME");
+  // A folder, and a Hub-named file in it, take config.json from beside them; another file does not.
+  EXPECT_EQ(w::locate_pretrained((repo / "snapshots" / "c0ffee").string()).config, main.config);
+  EXPECT_EQ(w::locate_pretrained(main.weights.string()).config, main.config);
+  testing::write_bytes(home / "w.safetensors", "");
+  EXPECT_TRUE(w::locate_pretrained((home / "w.safetensors").string()).config.empty());
+  const std::string empty = error_of([&] { w::locate_pretrained(home.path().string()); });
+  EXPECT_CONTAINS(empty, "holds neither model.safetensors nor pytorch_model.bin");
+  const w::HubConfig config = w::read_hub_config(main.config);
+  EXPECT_EQ(config.architecture, "resnet18");
+  EXPECT_EQ(config.num_classes, 3);
+  EXPECT_EQ(config.label_names, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(config.input_size, (std::vector<int64_t>{3, 160, 128}));
+  EXPECT_EQ(config.std, (std::vector<double>{0.25, 0.25, 0.25}));
+  EXPECT_DOUBLE_EQ(config.crop_pct, 0.875);
+  EXPECT_EQ(config.interpolation, "bilinear");
+  EXPECT_EQ(config.model_args, (std::vector<std::pair<std::string, std::string>>{{"num_classes", "3"}}));
+  // Written back, it reads the same.
+  testing::write_bytes(home / "again.json", w::hub_config_text(config, 512));
+  const w::HubConfig again = w::read_hub_config(home / "again.json");
+  EXPECT_EQ(again.label_names, config.label_names);
+  EXPECT_EQ(again.mean, config.mean);
+  EXPECT_EQ(again.model_args, config.model_args);
+  testing::write_bytes(home / "bad.json", R"({"architecture": 5})");
+  EXPECT_CONTAINS(error_of([&] { w::read_hub_config(home / "bad.json"); }), "\"architecture\" is 5");
 }
 
 }  // namespace
