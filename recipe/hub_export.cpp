@@ -73,7 +73,11 @@ HubExport write_safetensors_export(torch::nn::Module& model, const Config& confi
   }
   weights::HubConfig hub = *origin;
   hub.num_classes = config.data.num_classes;
-  hub.label_names = class_names;
+  // The weights' own label names where the run kept their head and its data named no classes (indices).
+  bool indices = true;
+  for (size_t c = 0; c < class_names.size(); ++c) indices = indices && class_names[c] == std::to_string(c);
+  const bool kept = origin->num_classes == config.data.num_classes && !origin->label_names.empty();
+  hub.label_names = kept && indices ? origin->label_names : class_names;
   hub.mean = config.data.mean;
   hub.std = config.data.std;
   if (size) hub.input_size = {static_cast<int64_t>(config.data.mean.size()), size->first, size->second};

@@ -25,7 +25,8 @@ struct HubExport {
 };
 
 // Writes `model`'s weights to `output` as described above. `class_names`: the run's, one per class (the
-// label names); `size`: the input height and width when known.
+// label names; where they are only indices and the run kept the weights' head, config.json's label_names
+// stay); `size`: the input height and width when known.
 HubExport write_safetensors_export(torch::nn::Module& model, const Config& config,
                                    const std::vector<std::string>& class_names,
                                    const std::optional<std::pair<int64_t, int64_t>>& size,

@@ -141,6 +141,26 @@ std::vector<std::string> keys_of(const weights::NamedTensors& tensors) {
 
 }  // namespace
 
+void apply_pretrained_cfg(Config& config, int64_t channels) {
+  const data::DataSettings defaults;
+  if (config.pretrained.file.empty() || config.data.mean != defaults.mean || config.data.std != defaults.std) return;
+  weights::PretrainedSource source;
+  try {
+    source = weights::locate_pretrained(config.pretrained.file);
+  } catch (const Error&) {
+    return;  // load_pretrained says what is missing, with the command that fetches it
+  }
+  if (source.config.empty()) return;
+  const weights::HubConfig hub = weights::read_hub_config(source.config);
+  const auto size = static_cast<size_t>(channels);
+  if (hub.mean.size() != size || hub.std.size() != size) return;
+  config.data.mean = hub.mean;
+  config.data.std = hub.std;
+  logger().info("data.mean [{}] and data.std [{}]: the weights' (model.pretrained {}'s pretrained_cfg), as the recipe "
+                "leaves them unset",
+                fmt::join(hub.mean, ", "), fmt::join(hub.std, ", "), config.pretrained.file);
+}
+
 std::string load_pretrained(torch::nn::Module& model, const Config& config) {
   const std::string& spec = config.pretrained.file;
   const weights::PretrainedSource source = weights::locate_pretrained(spec);

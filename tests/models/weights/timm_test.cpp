@@ -350,6 +350,18 @@ TEST(HubCache, EntriesAreFoundAsHuggingfaceHubLaysThemOut) {
   EXPECT_EQ(again.label_names, config.label_names);
   EXPECT_EQ(again.mean, config.mean);
   EXPECT_EQ(again.model_args, config.model_args);
+  // pretrained_cfg's mean and std become the recipe's where it leaves them unset and the channels agree.
+  Config config = config_of("{type: resnet18}", main.config.parent_path().string());
+  apply_pretrained_cfg(config, 1);
+  EXPECT_EQ(config.data.mean, (std::vector<double>{0.0}));
+  apply_pretrained_cfg(config, 3);
+  EXPECT_EQ(config.data.mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(config.data.std, (std::vector<double>{0.25, 0.25, 0.25}));
+  Config set = parse_config("model: {type: resnet18, pretrained: '" + main.config.parent_path().string() +
+                                "'}\ndata: {mean: [0.4, 0.4, 0.4], std: [0.2, 0.2, 0.2]}\n",
+                            "set.yaml");
+  apply_pretrained_cfg(set, 3);
+  EXPECT_EQ(set.data.mean, (std::vector<double>{0.4, 0.4, 0.4}));
   testing::write_bytes(home / "bad.json", R"({"architecture": 5})");
   EXPECT_CONTAINS(error_of([&] { w::read_hub_config(home / "bad.json"); }), "\"architecture\" is 5");
 }
