@@ -195,11 +195,11 @@ void report_flags(CLI::App& app, Args& a) {
 
 void export_flags(CLI::App& app, Args& a) {
   checkpoint_flag(app, a);
-  value_flag(app, "--output", a.output_file, "FILE", "the file to write: .onnx, .ts (TorchScript) or .pth (state dict);\n"
-             "FILE.json is written beside it")->required();
-  value_flag(app, "--format", a.format, "onnx|torchscript|state_dict",
+  value_flag(app, "--output", a.output_file, "FILE", "the file to write: .onnx, .ts (TorchScript), .pth (state dict)\n"
+             "or .safetensors; FILE.json is written beside it")->required();
+  value_flag(app, "--format", a.format, "onnx|torchscript|state_dict|safetensors",
              "the format (default: from --output's extension; a .pt file needs it)")
-      ->check(one_of({"onnx", "torchscript", "state_dict"}));
+      ->check(one_of({"onnx", "torchscript", "state_dict", "safetensors"}));
   app.add_flag("--ema", a.ema, "export the checkpoint's EMA weights (train.ema_decay)");
   value_flag(app, "--input-size", a.input_size, "HxW", "the input's height and width (or one number for a square);\n"
              "default the recipe's test data through data.eval_transforms");
@@ -282,9 +282,9 @@ const Subcommand kSubcommands[] = {
      "pipeline's time per stage, the doctor's ladder (doctor.json, from `trainer doctor\n"
      "--save-to RUN_DIR`), the resolved config and the environment. --compare overlays other runs.",
      report_flags, stoker::apps::report},
-    {"export", "write a checkpoint's model for deployment: ONNX, TorchScript or a state dict",
-     "Writes a checkpoint's model (with --ema, its EMA weights) in one of three formats, taken\n"
-     "from --output's extension (.onnx, .ts or .torchscript, .pth) or named by --format:\n"
+    {"export", "write a checkpoint's model for deployment: ONNX, TorchScript, a state dict or safetensors",
+     "Writes a checkpoint's model (with --ema, its EMA weights) in one of four formats, taken\n"
+     "from --output's extension (.onnx, .ts or .torchscript, .pth, .safetensors) or --format:\n"
      "  onnx         the eval-mode graph, batch norms folded into the convolutions, checked by\n"
      "               ONNX's checker: for ONNX Runtime, TensorRT, OpenVINO and other runtimes\n"
      "               (C++, Python, ...). Choose it to deploy outside PyTorch.\n"
@@ -293,6 +293,8 @@ const Subcommand kSubcommands[] = {
      "  state_dict   the weights in torch.save format (torchvision names for the torchvision-\n"
      "               layout ResNets): to fine-tune or load in Python. A .pt file may be either\n"
      "               of the last two, so it needs --format.\n"
+     "  safetensors  the weights as .safetensors, in timm's names for a run from timm's weights\n"
+     "               (a Hub folder or hf: entry), with a Hub config.json beside model.safetensors.\n"
      "Inputs are [N, C, H, W] float32, normalised as data.mean / data.std say (with\n"
      "--include-normalize an ONNX graph takes pixel / 255 and normalises itself). FILE.json\n"
      "beside the export holds the class names, mean, std, input size and channels (also in an\n"

@@ -1,6 +1,12 @@
 // torchvision-compatible ConvNeXt (models/convnext.h).
 #include "models/convnext.h"
 
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -9,6 +15,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -200,6 +207,57 @@ ModelType convnext_type(const std::string& name) {
 }
 
 }  // namespace
+
+namespace {
+
+// timm's ConvNeXt names: stem.0/1; stages.<s>.blocks.<b> for torchvision's features.<2s + 1>.<b> (conv_dw,
+// norm, mlp.fc1, mlp.fc2 for block.0/2/3/5, gamma [C] for layer_scale [C, 1, 1]); stages.<s>.downsample.0/1
+// for features.<2s>.0/1; head.norm and head.fc for classifier.0 and classifier.2.
+std::vector<weights::TimmName> convnext_timm_names(const std::vector<std::string>& keys) {
+  static const std::map<std::string, std::string> inner = {{"0", "conv_dw"}, {"2", "norm"}, {"3", "mlp.fc1"}, {"5", "mlp.fc2"}};
+  const std::regex block(R"(features\.(\d+)\.(\d+)\.(block\.(\d+)\.|layer_scale)(.*))");
+  const std::regex down(R"(features\.(\d+)\.([01])\.(.*))");
+  const std::vector<std::pair<std::string, std::string>> prefixes = {
+      {"features.0.0.", "stem.0."}, {"features.0.1.", "stem.1."}, {"classifier.0.", "head.norm."}, {"classifier.2.", "head.fc."}};
+  std::vector<weights::TimmName> out;
+  std::smatch m;
+  for (const std::string& key : keys) {
+    weights::TimmName name{key};
+    const auto prefix = std::find_if(prefixes.begin(), prefixes.end(), [&](const auto& p) { return key.rfind(p.first, 0) == 0; });
+    if (prefix != prefixes.end()) {
+      name.name = prefix->second + key.substr(prefix->first.size());
+    } else if (std::regex_match(key, m, block) && std::stoi(m[1]) % 2 == 1) {
+      const std::string at = fmt::format("stages.{}.blocks.{}.", (std::stoi(m[1]) - 1) / 2, m[2].str());
+      if (m[3] == "layer_scale") {
+        name = {at + "gamma", weights::TimmReshape::kVector};
+      } else if (inner.count(m[4])) {
+        name.name = at + inner.at(m[4]) + "." + m[5].str();
+      }
+    } else if (std::regex_match(key, m, down) && std::stoi(m[1]) % 2 == 0) {
+      name.name = fmt::format("stages.{}.downsample.{}.{}", std::stoi(m[1]) / 2, m[2].str(), m[3].str());
+    }
+    out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace
+
+// timm's ConvNeXts with a linear MLP and the head's norm after pooling (LayerNorm eps 1e-6, exact GELU, as
+// Stoker's): convnext_tiny, small, base (and, for the configurable convnext, large and xlarge).
+std::optional<weights::TimmDialect> convnext_timm(const std::string& model_type) {
+  std::vector<std::string> archs;
+  if (model_type == "convnext") {
+    archs = {"convnext_tiny", "convnext_small", "convnext_base", "convnext_large", "convnext_xlarge"};
+  } else if (model_type == "convnext_tiny" || model_type == "convnext_small" || model_type == "convnext_base") {
+    archs = {model_type};
+  } else {
+    return std::nullopt;
+  }
+  weights::TimmDialect dialect = weights::make_timm_dialect("ConvNeXt", archs, &convnext_timm_names);
+  dialect.shape_args = {"depths", "dims"};
+  return dialect;
+}
 
 // torchvision-compatible ConvNeXts, named and configurable.
 void register_convnext(FamilyRegistrar& r) {

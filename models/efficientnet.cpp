@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <optional>
+#include <regex>
 #include <vector>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -13,6 +16,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -124,6 +128,48 @@ std::string efficientnet_to_onnx(onnx::OnnxExport& e, const EfficientNetImpl& ne
   // The features in order (a ModuleList handed on whole), average pooling, the classifier.
   const std::string pooled = e.op("GlobalAveragePool", {e.child(net, "features", x)});
   return e.child(net, "classifier", onnx_flatten(e, pooled));
+}
+
+namespace {
+
+// timm's EfficientNet names: conv_stem/bn1, blocks.<stage>.<block> (torchvision's features.<stage + 1>.<block>),
+// conv_head/bn2 (the last features), classifier (torchvision's classifier.1).
+std::vector<weights::TimmName> efficientnet_timm_names(const std::vector<std::string>& keys) {
+  const auto parts = timm_mobile_block_parts(keys);
+  int last = 0;
+  const std::regex top(R"(features\.(\d+)\..*)"), block(R"(features\.(\d+)\.(\d+)\.)");
+  std::smatch m;
+  for (const std::string& key : keys) {
+    if (std::regex_match(key, m, top)) last = std::max(last, std::stoi(m[1]));
+  }
+  const std::vector<std::pair<std::string, std::string>> prefixes = {
+      {"features.0.0.", "conv_stem."}, {"features.0.1.", "bn1."}, {"features." + std::to_string(last) + ".0.", "conv_head."},
+      {"features." + std::to_string(last) + ".1.", "bn2."}, {"classifier.1.", "classifier."}};
+  std::vector<weights::TimmName> out;
+  for (const std::string& key : keys) {
+    std::string name = key;
+    if (const auto part = parts.find(key); part != parts.end()) {
+      if (std::regex_match(part->second.first, m, block)) {
+        name = fmt::format("blocks.{}.{}.{}", std::stoi(m[1]) - 1, m[2].str(), part->second.second);
+      }
+    } else {
+      for (const auto& [from, to] : prefixes) {
+        if (key.rfind(from, 0) == 0) name = to + key.substr(from.size());
+      }
+    }
+    out.push_back({name});
+  }
+  return out;
+}
+
+}  // namespace
+
+// timm's efficientnet_b0..b3 (not the tf_ ports): the same blocks, batch-norm eps 1e-5 as Stoker's.
+std::optional<weights::TimmDialect> efficientnet_timm(const std::string& model_type) {
+  for (const char* name : {"efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3"}) {
+    if (model_type == name) return weights::make_timm_dialect("EfficientNet", {name}, &efficientnet_timm_names, 1e-5);
+  }
+  return std::nullopt;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -152,6 +154,50 @@ std::string squeeze_excitation_to_onnx(onnx::OnnxExport& e, const SqueezeExcitat
 std::string inverted_residual_to_onnx(onnx::OnnxExport& e, const InvertedResidualImpl& m, const std::string& x) {
   const std::string y = e.child(m, "block", x);
   return m.residual() ? e.op("Add", {y, x}) : y;
+}
+
+namespace {
+
+// timm's names of a block's convolutions (conv, its batch norm) in order: an expanding block's
+// conv_pw/bn1, conv_dw/bn2, conv_pwl/bn3; timm's depthwise-separable block's conv_dw/bn1, conv_pw/bn2.
+std::vector<std::pair<std::string, std::string>> timm_block_convs(size_t count) {
+  if (count == 2) return {{"conv_dw", "bn1"}, {"conv_pw", "bn2"}};
+  return {{"conv_pw", "bn1"}, {"conv_dw", "bn2"}, {"conv_pwl", "bn3"}};
+}
+
+}  // namespace
+
+std::map<std::string, std::pair<std::string, std::string>> timm_mobile_block_parts(const std::vector<std::string>& keys) {
+  // Each block's children: the indices of its convolutions (ConvNormActivation) and of its squeeze-and-excitation.
+  std::map<std::string, std::set<int>> convs, excitations;
+  for (const std::string& key : keys) {
+    const size_t at = key.find(".block.");
+    if (at == std::string::npos) continue;
+    const std::string prefix = key.substr(0, at + 1), rest = key.substr(at + 7);
+    const int child = std::stoi(rest.substr(0, rest.find('.')));
+    const bool se = rest.find(".fc1.") != std::string::npos || rest.find(".fc2.") != std::string::npos;
+    (se ? excitations : convs)[prefix].insert(child);
+  }
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  for (const std::string& key : keys) {
+    const size_t at = key.find(".block.");
+    if (at == std::string::npos) continue;
+    const std::string prefix = key.substr(0, at + 1), rest = key.substr(at + 7);
+    const size_t dot = rest.find('.');
+    const int child = std::stoi(rest.substr(0, dot));
+    const std::string inner = rest.substr(dot + 1);  // "0.weight" (conv), "1.bias" (norm), "fc1.weight" (SE)
+    if (excitations[prefix].count(child)) {
+      out[key] = {prefix, (inner.rfind("fc1.", 0) == 0 ? "se.conv_reduce." : "se.conv_expand.") + inner.substr(4)};
+      continue;
+    }
+    const std::set<int>& own = convs[prefix];
+    const auto roles = timm_block_convs(own.size());
+    const size_t index = static_cast<size_t>(std::distance(own.begin(), own.find(child)));
+    if (index >= roles.size()) continue;  // a layout timm has not: the key keeps its name and does not fit
+    const std::string module = inner.rfind("0.", 0) == 0 ? roles[index].first : roles[index].second;
+    out[key] = {prefix, module + "." + inner.substr(2)};
+  }
+  return out;
 }
 
 // The mobile blocks' exporters (shared by EfficientNet and MobileNetV3).

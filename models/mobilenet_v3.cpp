@@ -1,7 +1,12 @@
 // torchvision-compatible MobileNetV3 (models/mobilenet_v3.h).
 #include "models/mobilenet_v3.h"
 
+#include <optional>
+#include <regex>
+#include <tuple>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <torch/torch.h>
 
@@ -10,6 +15,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -17,6 +23,7 @@ namespace nn = torch::nn;
 void MobileNetV3Options::visit(OptionsVisitor& v) {
   v.field("dropout", dropout, rules::unit_open());
   v.field("drop_path_rate", drop_path_rate, rules::unit_open());
+  v.field("bn_eps", bn_eps, rules::positive());
 }
 
 namespace {
@@ -44,7 +51,8 @@ const std::vector<BlockRow>& block_table(MobileNetV3Size size) {
   return size == MobileNetV3Size::kLarge ? large : small;
 }
 
-constexpr NormSettings kNorm{0.001, 0.01};  // torchvision's partial(nn.BatchNorm2d, eps=0.001, momentum=0.01)
+// torchvision's partial(nn.BatchNorm2d, eps=0.001, momentum=0.01); model.bn_eps replaces the eps.
+constexpr double kNormMomentum = 0.01;
 
 }  // namespace
 
@@ -53,9 +61,10 @@ MobileNetV3Impl::MobileNetV3Impl(MobileNetV3Size size, const MobileNetV3Options&
                "a MobileNetV3 needs positive num_classes and in_channels, got {} and {}", shape.num_classes,
                shape.in_channels);
   const std::vector<BlockRow>& table = block_table(size);
+  const NormSettings norm{options.bn_eps, kNormMomentum};
   features = nn::Sequential();
   features->push_back(
-      ConvNormActivation(shape.in_channels, table.front().in, ConvNormSettings{3, 2, 1, 1, Activation::kHardswish, kNorm}));
+      ConvNormActivation(shape.in_channels, table.front().in, ConvNormSettings{3, 2, 1, 1, Activation::kHardswish, norm}));
   for (const BlockRow& row : table) {
     InvertedResidualSettings s;
     s.in = row.in;
@@ -67,11 +76,11 @@ MobileNetV3Impl::MobileNetV3Impl(MobileNetV3Size size, const MobileNetV3Options&
     s.squeeze = row.se ? make_divisible(static_cast<double>(row.expanded / 4), 8) : 0;
     s.se_activation = Activation::kReLU;
     s.se_gate = Activation::kHardsigmoid;
-    s.norm = kNorm;
+    s.norm = norm;
     features->push_back(InvertedResidual(s));
   }
   const int64_t last = table.back().out, head = 6 * last;
-  features->push_back(ConvNormActivation(last, head, ConvNormSettings{1, 1, 1, 1, Activation::kHardswish, kNorm}));
+  features->push_back(ConvNormActivation(last, head, ConvNormSettings{1, 1, 1, 1, Activation::kHardswish, norm}));
   register_module("features", features);
   const int64_t hidden = size == MobileNetV3Size::kLarge ? 1280 : 1024;
   classifier = register_module(
@@ -105,6 +114,62 @@ std::string mobilenet_v3_to_onnx(onnx::OnnxExport& e, const MobileNetV3Impl& net
   const std::string path = e.path().empty() ? "classifier" : e.path() + ".classifier";
   const std::string hidden = onnx_hardswish(e, e.module(*classifier.named_children()["0"], path + ".0", pooled));
   return e.module(*classifier.named_children()["3"], path + ".3", hidden);
+}
+
+namespace {
+
+// timm's stages of MobileNetV3's blocks (its arch_def), first to last: torchvision's features.1.. in order.
+std::vector<int> timm_stage_sizes(MobileNetV3Size size) {
+  return size == MobileNetV3Size::kLarge ? std::vector<int>{1, 2, 3, 4, 2, 3} : std::vector<int>{1, 2, 3, 2, 3};
+}
+
+// timm's MobileNetV3 names: conv_stem/bn1, blocks.<stage>.<block> for torchvision's features.<i> (i >= 1),
+// blocks.<last>.0.conv/bn1 for the last features, conv_head (a 1x1 convolution: torchvision's linear
+// classifier.0) and classifier (classifier.3).
+std::vector<weights::TimmName> mobilenet_v3_timm_names(MobileNetV3Size size, const std::vector<std::string>& keys) {
+  std::vector<std::string> block_of = {""};  // features.<i> -> "blocks.<stage>.<block>."
+  const std::vector<int> stages = timm_stage_sizes(size);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (int b = 0; b < stages[s]; ++b) block_of.push_back(fmt::format("blocks.{}.{}.", s, b));
+  }
+  const std::string last = "features." + std::to_string(block_of.size()) + ".";
+  const std::string last_block = fmt::format("blocks.{}.0.", stages.size());
+  const std::vector<std::pair<std::string, std::string>> prefixes = {{"features.0.0.", "conv_stem."}, {"features.0.1.", "bn1."},
+      {last + "0.", last_block + "conv."}, {last + "1.", last_block + "bn1."}, {"classifier.0.", "conv_head."},
+      {"classifier.3.", "classifier."}};
+  const auto parts = timm_mobile_block_parts(keys);
+  const std::regex feature(R"(features\.(\d+)\.)");
+  std::smatch m;
+  std::vector<weights::TimmName> out;
+  for (const std::string& key : keys) {
+    weights::TimmName name{key};
+    const auto part = parts.find(key);
+    if (part != parts.end() && std::regex_match(part->second.first, m, feature) &&
+        static_cast<size_t>(std::stoi(m[1])) < block_of.size()) {
+      name.name = block_of[std::stoi(m[1])] + part->second.second;
+    }
+    for (const auto& [from, to] : prefixes) {
+      if (part == parts.end() && key.rfind(from, 0) == 0) name.name = to + key.substr(from.size());
+    }
+    if (key == "classifier.0.weight") name.reshape = weights::TimmReshape::kConv1x1;
+    out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace
+
+// timm's mobilenetv3_small_100 and mobilenetv3_large_100: the same blocks, batch-norm eps 1e-5 (model.bn_eps).
+std::optional<weights::TimmDialect> mobilenet_v3_timm(const std::string& model_type) {
+  for (const auto& [name, timm, size] : {std::tuple{"mobilenet_v3_small", "mobilenetv3_small_100", MobileNetV3Size::kSmall},
+                                         std::tuple{"mobilenet_v3_large", "mobilenetv3_large_100", MobileNetV3Size::kLarge}}) {
+    if (model_type != name) continue;
+    weights::TimmNamer names = [size = size](const std::vector<std::string>& keys) {
+      return mobilenet_v3_timm_names(size, keys);
+    };
+    return weights::make_timm_dialect("MobileNetV3", {timm}, names, 1e-5, "bn_eps");
+  }
+  return std::nullopt;
 }
 
 // torchvision-compatible MobileNetV3: drop_path_rate and dropout their keys; their head is `classifier`.

@@ -30,9 +30,12 @@ namespace stoker::models {
 // The own keys of the MobileNetV3 types: model.dropout before the last linear layer (torchvision's
 // 0.2) and model.drop_path_rate, stochastic depth on the residual blocks as EfficientNet's (block i
 // of n drops with rate * i / n; timm's MobileNetV3 has it, torchvision's has none: default 0).
+// model.bn_eps: the batch norms' eps, torchvision's 0.001 (timm's MobileNetV3 weights were trained with
+// 1e-5: model.pretrained refuses them until it is set so).
 struct MobileNetV3Options : TypeOptionsOf<MobileNetV3Options> {
   double dropout = 0.2;
   double drop_path_rate = 0.0;
+  double bn_eps = 0.001;
   void visit(OptionsVisitor& v) override;
 };
 

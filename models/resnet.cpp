@@ -1,6 +1,8 @@
 // torchvision-compatible ResNets (models/resnet.h): the network, its stages and its initialisation.
 #include "models/resnet.h"
 
+#include <optional>
+
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -8,6 +10,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 
@@ -104,6 +107,14 @@ ModelType resnet_type(std::function<torch::nn::AnyModule(int64_t num_classes, in
                    }}
       .with_head({"fc"})
       .with_layers(resnet_layer_groups());
+}
+
+// timm's ResNets of the same names (the torchvision layout: stride on the 3x3 convolution, a 1x1 shortcut).
+std::optional<weights::TimmDialect> resnet_timm(const std::string& model_type) {
+  for (const char* name : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
+    if (model_type == name) return weights::make_timm_dialect("ResNet", {name}, nullptr, 1e-5);
+  }
+  return std::nullopt;
 }
 
 // torchvision-compatible ResNets: drop_path_rate their one key; the data gives in_channels and

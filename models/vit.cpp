@@ -2,6 +2,8 @@
 #include "models/vit.h"
 
 #include <cmath>
+#include <map>
+#include <optional>
 
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -12,6 +14,7 @@
 #include "models/onnx/export.h"
 #include "models/onnx/nn.h"
 #include "models/registry.h"
+#include "models/timm.h"
 
 namespace stoker::models {
 namespace nn = torch::nn;
@@ -319,6 +322,56 @@ ModelType vit_type(const std::string& name) {
 }
 
 }  // namespace
+
+namespace {
+
+// timm's VisionTransformer names (torchvision's MultiheadAttention in_proj is timm's qkv, q, k, v stacked alike).
+weights::TimmNamer vit_timm_names() {
+  const std::string block = R"(encoder\.layers\.encoder_layer_(\d+)\.)";
+  return weights::timm_rules({{"class_token", "cls_token"},
+                              {R"(conv_proj\.(.*))", "patch_embed.proj.$1"},
+                              {R"(encoder\.pos_embedding)", "pos_embed"},
+                              {block + R"(ln_1\.(.*))", "blocks.$1.norm1.$2"},
+                              {block + R"(ln_2\.(.*))", "blocks.$1.norm2.$2"},
+                              {block + R"(self_attention\.in_proj_(weight|bias))", "blocks.$1.attn.qkv.$2"},
+                              {block + R"(self_attention\.out_proj\.(.*))", "blocks.$1.attn.proj.$2"},
+                              {block + R"(mlp\.0\.(.*))", "blocks.$1.mlp.fc1.$2"},
+                              {block + R"(mlp\.3\.(.*))", "blocks.$1.mlp.fc2.$2"},
+                              {R"(encoder\.ln\.(.*))", "norm.$1"},
+                              {R"(heads\.head\.(.*))", "head.$1"}});
+}
+
+}  // namespace
+
+// timm's ViTs with a class token, token pooling and biased qkv (its standard ones; LayerNorm eps 1e-6 and exact
+// GELU as Stoker's), at 224 or 384 pixels (the position embedding is resized to the model's grid).
+std::optional<weights::TimmDialect> vit_timm(const std::string& model_type) {
+  const std::map<std::string, std::vector<std::string>> twins = {
+      {"vit_b_16", {"vit_base_patch16_224", "vit_base_patch16_384"}},
+      {"vit_b_32", {"vit_base_patch32_224", "vit_base_patch32_384"}},
+      {"vit_l_16", {"vit_large_patch16_224", "vit_large_patch16_384"}},
+      {"vit", {"vit_tiny_patch16_224", "vit_tiny_patch16_384", "vit_small_patch16_224", "vit_small_patch16_384",
+               "vit_small_patch32_224", "vit_small_patch32_384", "vit_base_patch8_224", "vit_base_patch16_224",
+               "vit_base_patch16_384", "vit_base_patch32_224", "vit_base_patch32_384", "vit_large_patch16_224",
+               "vit_large_patch16_384"}}};
+  const auto found = twins.find(model_type);
+  if (found == twins.end()) return std::nullopt;
+  weights::TimmDialect dialect = weights::make_timm_dialect("VisionTransformer", found->second, vit_timm_names());
+  dialect.global_pool = "token";
+  dialect.shape_args = {"embed_dim", "depth", "patch_size", "mlp_ratio"};
+  // The heads: not in any shape, so compared with the model's.
+  dialect.check_arg = [](const torch::nn::Module& model, const std::string& key, const std::string& value) -> std::string {
+    if (key != "num_heads") return "Stoker's ViT is timm's default there";
+    for (const auto& item : model.named_modules()) {
+      const auto* attention = dynamic_cast<const SelfAttentionImpl*>(item.value().get());
+      if (attention != nullptr && std::to_string(attention->heads()) != value) {
+        return fmt::format("the model's attention has {} heads (model.num_heads)", attention->heads());
+      }
+    }
+    return "";
+  };
+  return dialect;
+}
 
 // torchvision-compatible ViTs, named and configurable.
 void register_vit(FamilyRegistrar& r) {

@@ -23,6 +23,7 @@
 #include "models/torchscript_model.h"
 #include "models/weights/state_dict.h"
 #include "recipe/factory.h"
+#include "recipe/hub_export.h"
 #include "recipe/loaders.h"
 #include "recipe/tasks.h"
 
@@ -46,6 +47,7 @@ const std::vector<Extension>& extensions() {
       {".ts", {ExportFormat::kTorchScript}},
       {".torchscript", {ExportFormat::kTorchScript}},
       {".pth", {ExportFormat::kStateDict}},
+      {".safetensors", {ExportFormat::kSafetensors}},
       {".pt", {ExportFormat::kTorchScript, ExportFormat::kStateDict}},
   };
   return known;
@@ -65,6 +67,7 @@ std::string export_format_name(ExportFormat format) {
     case ExportFormat::kOnnx: return "onnx";
     case ExportFormat::kTorchScript: return "torchscript";
     case ExportFormat::kStateDict: return "state_dict";
+    case ExportFormat::kSafetensors: return "safetensors";
   }
   return "?";
 }
@@ -73,7 +76,8 @@ ExportFormat export_format(const std::string& format, const fs::path& output) {
   const std::vector<ExportFormat>* implied = formats_of(output);
   if (format.empty()) {
     STOKER_CHECK(implied != nullptr, "export --output {}: the extension does not say the format; name the file .onnx "
-                 "(ONNX), .ts (TorchScript) or .pth (state dict), or give --format onnx|torchscript|state_dict",
+                 "(ONNX), .ts (TorchScript), .pth (state dict) or .safetensors, or give --format "
+                 "onnx|torchscript|state_dict|safetensors",
                  output.string());
     STOKER_CHECK(implied->size() == 1, "export --output {}: a .pt file may be TorchScript or a state dict; give --format "
                  "torchscript or --format state_dict, or name the file .ts (TorchScript) or .pth (state dict)",
@@ -81,13 +85,15 @@ ExportFormat export_format(const std::string& format, const fs::path& output) {
     return implied->front();
   }
   std::optional<ExportFormat> named;
-  for (const ExportFormat f : {ExportFormat::kOnnx, ExportFormat::kTorchScript, ExportFormat::kStateDict}) {
+  for (const ExportFormat f :
+       {ExportFormat::kOnnx, ExportFormat::kTorchScript, ExportFormat::kStateDict, ExportFormat::kSafetensors}) {
     if (export_format_name(f) == format) named = f;
   }
-  STOKER_CHECK(named.has_value(), "export --format {}: unknown format; use onnx, torchscript or state_dict", format);
+  STOKER_CHECK(named.has_value(), "export --format {}: unknown format; use onnx, torchscript, state_dict or safetensors",
+               format);
   STOKER_CHECK(implied == nullptr || std::find(implied->begin(), implied->end(), *named) != implied->end(),
                "export --format {} --output {}: a {} file holds {}, not {}; change the extension (.onnx ONNX, .ts "
-               "TorchScript, .pth state dict) or the --format",
+               "TorchScript, .pth state dict, .safetensors) or the --format",
                format, output.string(), output.extension().string(), export_format_name(implied->front()), format);
   return *named;
 }
@@ -320,6 +326,13 @@ ExportResult export_checkpoint(const ExportRequest& r) {
       logger().warn("export: the input size is unknown (no --input-size, and the recipe's test data is not there); "
                     "{} records input_size: null", out.metadata.string());
     }
+  } else if (format == ExportFormat::kSafetensors) {
+    float32_as_built(x.model->model, make_model(x.config, input));
+    std::optional<std::pair<int64_t, int64_t>> size;
+    if (x.size) size = std::make_pair(x.size->height, x.size->width);
+    const HubExport hub = write_safetensors_export(*x.model->model.ptr(), x.config,
+                                                    x.json["class_names"].get<std::vector<std::string>>(), size, r.output);
+    out.summary = hub.summary + (hub.config.empty() ? "" : ", with " + hub.config.string());
   } else {
     float32_as_built(x.model->model, make_model(x.config, input));
     out.summary = format == ExportFormat::kOnnx ? export_onnx_file(x, r) : export_torchscript(x, r);

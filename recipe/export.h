@@ -15,13 +15,13 @@
 
 namespace stoker {
 
-enum class ExportFormat { kOnnx, kTorchScript, kStateDict };
+enum class ExportFormat { kOnnx, kTorchScript, kStateDict, kSafetensors };
 
-std::string export_format_name(ExportFormat format);  // "onnx", "torchscript", "state_dict"
+std::string export_format_name(ExportFormat format);  // "onnx", "torchscript", "state_dict", "safetensors"
 
-// The format of an export to `output`: `format` ("onnx", "torchscript", "state_dict"), or when it
-// is empty, the one `output`'s extension names: .onnx ONNX; .ts and .torchscript TorchScript; .pth
-// a state dict. A .pt file may be TorchScript or a state dict (PyTorch's own docs use it for both),
+// The format of an export to `output`: `format` ("onnx", "torchscript", "state_dict", "safetensors"), or
+// when it is empty, the one `output`'s extension names: .onnx ONNX; .ts and .torchscript TorchScript; .pth
+// a state dict; .safetensors safetensors. A .pt file may be TorchScript or a state dict (PyTorch's own docs use it for both),
 // so it needs --format; so does any other extension. A format whose extension says otherwise
 // (--format state_dict with model.onnx) is a stoker::Error naming both.
 ExportFormat export_format(const std::string& format, const std::filesystem::path& output);
@@ -38,7 +38,7 @@ struct ExportRequest {
   // The config of the model: this file with `overrides`, else the checkpoint's own (with them).
   std::optional<std::filesystem::path> config_file;
   std::vector<std::string> overrides;
-  std::string format;  // onnx | torchscript | state_dict; empty: from the output's extension
+  std::string format;  // onnx | torchscript | state_dict | safetensors; empty: from the output's extension
   bool use_ema = false;  // the checkpoint's EMA weights
   std::filesystem::path output;
   // The model's input height and width; default the recipe's (its test data through
@@ -63,6 +63,7 @@ struct ExportResult {
 // (whatever the run's precision), and writes it in the request's format, then its JSON. A
 // checkpoint of another architecture than the config names is a stoker::Error naming both.
 //   state_dict:  torch.save format; torchvision names for the torchvision-layout ResNets.
+//   safetensors: recipe/hub_export.h: timm's names and a Hub config.json for a run from timm's weights.
 //   torchscript: traced by libtorch's C++ tracer in eval mode (torch.jit.load / torch::jit::load),
 //                the JSON also as the extra file "stoker.json".
 //   onnx:        the eval-mode graph, batch norms folded into the convolutions, checked by ONNX's

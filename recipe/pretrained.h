@@ -31,6 +31,12 @@ models::weights::NamedTensors read_weights_file(const std::filesystem::path& fil
 // model, module, net or network. `file` names it in errors.
 models::weights::NamedTensors find_state_dict(const c10::IValue& value, const std::string& file);
 
+// model.pretrained's config.json pretrained_cfg (a Hub folder or hf: entry) as the defaults of data.mean and
+// data.std: where the recipe left both at their defaults ([0] and [1]) and the data has as many channels as
+// the weights' mean, they become the weights' (one log line says so). What the recipe sets stays, and
+// load_pretrained warns once that it differs. Nothing for another file, or when the entry is not there.
+void apply_pretrained_cfg(Config& config, int64_t channels);
+
 // Loads config.pretrained into `model` (as make_model built it: on the CPU, in float32) and returns
 // the line the run logs: "model.pretrained: FILE (N tensors; head fc re-initialised for 10 classes)".
 std::string load_pretrained(torch::nn::Module& model, const Config& config);

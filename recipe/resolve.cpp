@@ -9,6 +9,7 @@
 #include "models/registry.h"
 #include "recipe/loaders.h"
 #include "recipe/parts.h"
+#include "recipe/pretrained.h"
 #include "trainer/callbacks.h"
 
 namespace stoker {
@@ -91,6 +92,7 @@ RunPlan resolve_plan(const Config& config, const Distributed& distributed, const
   plan_training_batches(plan, plan.train_set->size(),
                         training_batches_per_epoch(plan.config, *plan.train_set, data_ranks(plan)),
                         input_shape(plan.config, plan.train_set));
+  apply_pretrained_cfg(plan.config, plan.input.channels);
   // 3. cuDNN's autotuner before the trial, so that the trial's steps and the run's both tune.
   at::globalContext().setBenchmarkCuDNN(plan.cudnn_benchmark);
   if (config.train.cudnn_benchmark && plan.device.is_cuda() && !plan.input.fixed()) {
@@ -114,6 +116,7 @@ RunPlan plan_for_source(const Config& config, const data::BatchSource& train, to
   // process-wide set.
   RunPlan plan = start_plan(config, device, rank, world_size);
   plan_training_batches(plan, train.num_samples(), train.num_batches(), train.shape());
+  apply_pretrained_cfg(plan.config, plan.input.channels);
   PrecisionDecision precision;
   precision.precision = config.train.precision;
   if (config.train.precision == Precision::kAuto) {
