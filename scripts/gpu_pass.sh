@@ -196,7 +196,9 @@ stage_torchvision() {
 stage_python_loader() {
   local path=${STOKER_PYTHONPATH:-$build/python}
   [[ -d $path/stoker ]] || skip "no Python package at $path (the build has STOKER_PYTHON off)"
-  PYTHONPATH=$path "$PY" -c 'import stoker, pytest' || exit
+  "$PY" -c 'import torch' 2>/dev/null || skip "no Python torch ($PY; set STOKER_PYTHON): the package needs it"
+  "$PY" -c 'import pytest' 2>/dev/null || skip "no pytest in $PY (pip install pytest)"
+  PYTHONPATH=$path "$PY" -c 'import stoker' || exit
   ((DRY)) && skip "stoker imports; the loader's CUDA test needs a GPU"
   PYTHONPATH=$path STOKER_REQUIRE_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider "$repo/tests/python/test_loader.py" -k cuda
 }

@@ -58,7 +58,7 @@ def write_data(work):
     cifar = work / "cifar10"
     if not cifar.exists():
         cifar.mkdir()
-        for name, n in [(f"data_batch_{i}.bin", 16) for i in range(1, 6)] + [("test_batch.bin", 32)]:
+        for name, n in [(f"data_batch_{i}.bin", 64) for i in range(1, 6)] + [("test_batch.bin", 32)]:
             records = bytearray()
             for k in range(n):
                 records += bytes([k % 10]) + bytes((k * 31 + p * 7) % 256 for p in range(3072))

@@ -87,7 +87,8 @@ def main():
         if s["status"] == "skip" and "torchvision" not in s.get("why", ""):
             fail(f"stage {stage} skipped without saying that it needs torchvision: {s.get('why')}")
     loader = by_name["python_loader"]  # the dry run imports the package and says the test needs a GPU
-    if loader["status"] != "skip" or not any(w in loader.get("why", "") for w in ("needs a GPU", "STOKER_PYTHON off")):
+    if loader["status"] != "skip" or not any(w in loader.get("why", "")
+                                             for w in ("needs a GPU", "STOKER_PYTHON off", "no Python torch", "no pytest")):
         fail(f"stage python_loader: {loader['status']} ({loader.get('why')})")
     if by_name["precision_trial"]["numbers"].get("chosen") is None:
         fail("the precision trial's stage has no decision")
