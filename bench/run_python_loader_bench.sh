@@ -8,7 +8,7 @@
 # DataLoader (bench/python_loop_bench.py): test top-1 and wall time. Needs build/release with the Python
 # module (./stoker.sh build). Installs DALI into the venv on its first run (bench/requirements-dali.txt).
 # Numbers: docs/BENCHMARKS.md.
-#   ROUNDS=3 BATCHES=40 LOOP_EPOCHS=2 bench/run_python_loader_bench.sh
+#   ROUNDS=3 BATCHES=40 LOOP_EPOCHS=3 bench/run_python_loader_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache="${STOKER_CACHE:-$HOME/.cache/stoker}"
@@ -35,7 +35,7 @@ done
 if [ "${LOOP:-1}" = 1 ]; then
   for loader in stoker torch; do
     PYTHONPATH=build/release/python "$py" bench/python_loop_bench.py --loader "$loader" \
-      --epochs "${LOOP_EPOCHS:-2}" --threads 2
+      --epochs "${LOOP_EPOCHS:-3}" --threads 2
   done
 fi
 echo "load average after: $(cut -d" " -f1-3 /proc/loadavg)"

@@ -8,8 +8,8 @@
 # found is a Python torch's, site-packages/torch/..., and that Python has its development headers; ON
 # by default then, so `./stoker.sh test` builds and tests it; -DSTOKER_PYTHON=OFF leaves it out). It
 # then also makes every object position-independent (-fPIC), since the static layer libraries are
-# linked into a shared module (thread-locals and globals need -fPIC; on x86-64 that costs the library
-# nothing measurable: docs/BENCHMARKS.md, "Position-independent code"). Sets
+# linked into a shared module (thread-locals and globals need -fPIC; on x86-64 its cost is a few
+# indirect accesses to globals, not measured separately yet). Sets
 # STOKER_TORCH_PY_VERSION (torch.__version__, checked by `import stoker`) and STOKER_TORCH_PYTHON_LIB
 # (libtorch_python, where torch's own tensor caster lives).
 
